@@ -1,0 +1,5 @@
+module github.com/sluice-rl/sluice
+
+go 1.26.8
+
+require go.yaml.in/yaml/v3 v3.0.6

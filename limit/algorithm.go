@@ -1,0 +1,149 @@
+package limit
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is what an algorithm keeps for one limit of one key. The in-process
+// store holds it in memory; the Redis script keeps the same integers in a
+// Redis value, so both stores compute the same answers.
+//
+// The meaning of the fields depends on the algorithm:
+//
+//	token_bucket   A = credits (tokens × period in ms), B = time of last take
+type State struct {
+	// Exists is false for a key that was never seen or has been dropped: a
+	// missing state is a full bucket or an empty window.
+	Exists  bool
+	A, B, C int64
+	// Log holds the admission times of the sliding log, oldest first.
+	Log []int64
+}
+
+// Outcome is one limit's answer at one instant.
+type Outcome struct {
+	// Allowed reports whether this limit has room for the cost.
+	Allowed bool
+	// Remaining is how many tokens are left: after the take when allowed,
+	// as they are now when refused.
+	Remaining int64
+	// RetryAfter is how many milliseconds until the cost fits, zero when
+	// allowed, and -1 when it never will.
+	RetryAfter int64
+	// ResetAfter is how many milliseconds until the limit is full again
+	// (window algorithms: until the current window ends).
+	ResetAfter int64
+	// Next is the state to store if the whole request is allowed.
+	Next State
+	// TTL is how many milliseconds Next must be kept; after that, dropping it
+	// changes no answer. It is at least 1.
+	TTL int64
+}
+
+// Evaluate checks one limit, in state s, for a request of cost tokens at now
+// (Unix milliseconds). It does not modify s. l must be valid and cost
+// positive.
+func Evaluate(l *Limit, s *State, now, cost int64) Outcome {
+	switch l.Alg() {
+	case TokenBucket:
+		return tokenBucket(l, s, now, cost)
+	}
+	// Validate refuses unknown algorithms, so this is a programming error in
+	// the caller; answer with a refusal rather than a panic.
+	return Outcome{RetryAfter: -1, Remaining: 0, TTL: 1, Next: *s}
+}
+
+// implemented reports whether Evaluate knows the algorithm.
+func implemented(a Algorithm) bool {
+	switch a {
+	case TokenBucket:
+		return true
+	}
+	return false
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// tokenBucket keeps credits instead of fractional tokens: one token is
+// period-in-ms credits and the bucket gains Count credits every millisecond.
+// Everything is then integer arithmetic, exact in Go and in Lua alike.
+func tokenBucket(l *Limit, s *State, now, cost int64) Outcome {
+	p := l.PeriodMillis()
+	burst := l.EffectiveBurst()
+	capacity := burst * p
+	credits := capacity
+	if s.Exists {
+		credits = min(s.A, capacity) // a lowered burst clamps what is stored
+		if elapsed := now - s.B; elapsed > 0 {
+			if elapsed >= ceilDiv(capacity-credits, l.Count) {
+				credits = capacity
+			} else {
+				credits += elapsed * l.Count
+			}
+		}
+	}
+	if cost > burst {
+		return Outcome{Remaining: credits / p, RetryAfter: -1,
+			ResetAfter: ceilDiv(capacity-credits, l.Count), Next: *s, TTL: 1}
+	}
+	need := cost * p
+	if credits < need {
+		return Outcome{Remaining: credits / p, RetryAfter: ceilDiv(need-credits, l.Count),
+			ResetAfter: ceilDiv(capacity-credits, l.Count), Next: *s, TTL: 1}
+	}
+	left := credits - need
+	reset := ceilDiv(capacity-left, l.Count)
+	return Outcome{Allowed: true, Remaining: left / p, ResetAfter: reset,
+		Next: State{Exists: true, A: left, B: now}, TTL: max(reset, 1)}
+}
+
+// Decide combines the outcomes of a request's limits, in request order, into
+// one Decision: allowed only if every limit allowed.
+func Decide(outs []Outcome) Decision {
+	d := Decision{Allowed: true}
+	best := -1
+	for i := range outs {
+		o := &outs[i]
+		if !o.Allowed {
+			if d.Allowed || waitsLonger(o.RetryAfter, outs[best].RetryAfter) {
+				best = i
+			}
+			d.Allowed = false
+			continue
+		}
+		if d.Allowed && (best < 0 || o.Remaining < outs[best].Remaining ||
+			o.Remaining == outs[best].Remaining && o.ResetAfter > outs[best].ResetAfter) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return d
+	}
+	o := &outs[best]
+	d.Index = best
+	d.Remaining = o.Remaining
+	d.ResetAfter = time.Duration(o.ResetAfter) * time.Millisecond
+	switch {
+	case d.Allowed:
+	case o.RetryAfter < 0:
+		d.RetryAfter = Never
+	default:
+		d.RetryAfter = time.Duration(o.RetryAfter) * time.Millisecond
+	}
+	return d
+}
+
+// waitsLonger reports whether retry a (ms, -1 for never) is a longer wait than b.
+func waitsLonger(a, b int64) bool {
+	if b < 0 {
+		return false
+	}
+	return a < 0 || a > b
+}
+
+// String describes the limit the way the rules file writes it.
+func (l Limit) String() string {
+	return fmt.Sprintf("%s: %d per %v, burst %d, %s", l.Name, l.Count, l.Period, l.EffectiveBurst(), l.Alg())
+}

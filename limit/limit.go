@@ -1,0 +1,204 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Algorithm names how a limit counts. The zero value means [TokenBucket].
+type Algorithm string
+
+// The algorithms a limit may use.
+const (
+	// TokenBucket refills continuously at Count per Period up to Burst tokens.
+	TokenBucket Algorithm = "token_bucket"
+	// GCRA is the generic cell rate algorithm: a token bucket kept as one
+	// timestamp (the theoretical arrival time).
+	GCRA Algorithm = "gcra"
+	// SlidingWindow estimates the rolling window from two fixed-window
+	// counters, weighting the previous one by how much of it still overlaps.
+	SlidingWindow Algorithm = "sliding_window"
+	// FixedWindow counts per calendar window of length Period.
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingLog keeps the time of every admitted token in the rolling window:
+	// exact, and capped at Count entries.
+	SlidingLog Algorithm = "sliding_log"
+)
+
+// Algorithms lists every algorithm in the order the documentation shows them.
+var Algorithms = []Algorithm{TokenBucket, GCRA, SlidingWindow, FixedWindow, SlidingLog}
+
+// Never is the RetryAfter of a request that can never pass, because its cost
+// is larger than a limit's burst.
+const Never time.Duration = -1
+
+// maxExact is the largest integer a float64 (and so a Redis Lua number)
+// holds exactly. Every product an algorithm forms must stay below it so that
+// the in-process store and the Redis script compute identical answers.
+const maxExact = 1 << 53
+
+// Limit is one rate limit of a key, for example "100 a second, bursts of
+// 200". A Limit is a value: copy it freely. The zero value is invalid; see
+// [Limit.Validate].
+type Limit struct {
+	// Name identifies the limit among a key's limits ("s", "m", "login").
+	// Two rules that name the same limit share its bucket.
+	Name string
+	// Count is how many tokens the limit grants per Period.
+	Count int64
+	// Period is the length of the rate's time unit: a whole number of
+	// milliseconds, at least one.
+	Period time.Duration
+	// Burst is the most tokens one key may hold at once. Zero means Count.
+	// Window algorithms ignore it: their window holds Count.
+	Burst int64
+	// Algorithm chooses how the limit counts. Empty means TokenBucket.
+	Algorithm Algorithm
+	// FailClosed says that when the shared store cannot answer, requests
+	// under this limit are refused rather than limited approximately. It is
+	// for security limits: logins, password resets, SMS.
+	FailClosed bool
+}
+
+// EffectiveBurst reports the bucket size: Burst, or Count when Burst is zero.
+func (l *Limit) EffectiveBurst() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Count
+}
+
+// Alg reports the algorithm, resolving the empty default to TokenBucket.
+func (l *Limit) Alg() Algorithm {
+	if l.Algorithm == "" {
+		return TokenBucket
+	}
+	return l.Algorithm
+}
+
+// PeriodMillis reports Period in whole milliseconds.
+func (l *Limit) PeriodMillis() int64 { return l.Period.Milliseconds() }
+
+// Validate reports whether the limit can be enforced, with an error that
+// names the field at fault.
+func (l *Limit) Validate() error {
+	switch {
+	case l.Name == "":
+		return errors.New("limit: name is empty")
+	case len(l.Name) > 64:
+		return fmt.Errorf("limit %q: name is %d bytes, longer than 64", l.Name[:16]+"...", len(l.Name))
+	case l.Count <= 0:
+		return fmt.Errorf("limit %q: rate %d must be positive", l.Name, l.Count)
+	case l.Period < time.Millisecond:
+		return fmt.Errorf("limit %q: period %v is shorter than 1ms", l.Name, l.Period)
+	case l.Period%time.Millisecond != 0:
+		return fmt.Errorf("limit %q: period %v is not a whole number of milliseconds", l.Name, l.Period)
+	case l.Burst < 0:
+		return fmt.Errorf("limit %q: burst %d must not be negative", l.Name, l.Burst)
+	}
+	for i := 0; i < len(l.Name); i++ {
+		if c := l.Name[i]; c <= ' ' || c >= 0x7f || c == '{' || c == '}' || c == ':' {
+			return fmt.Errorf("limit %q: name may hold only printable ASCII without spaces, braces or colons", l.Name)
+		}
+	}
+	if !l.Alg().Known() || !implemented(l.Alg()) {
+		return fmt.Errorf("limit %q: unknown algorithm %q (want one of %v)", l.Name, l.Algorithm, Algorithms)
+	}
+	if b := l.EffectiveBurst(); b > math.MaxInt64/l.PeriodMillis() || b*l.PeriodMillis() >= maxExact {
+		return fmt.Errorf("limit %q: burst %d times period %dms is too large to count exactly", l.Name, b, l.PeriodMillis())
+	}
+	if l.Count > math.MaxInt64/l.PeriodMillis() || l.Count*l.PeriodMillis() >= maxExact {
+		return fmt.Errorf("limit %q: rate %d times period %dms is too large to count exactly", l.Name, l.Count, l.PeriodMillis())
+	}
+	return nil
+}
+
+// Known reports whether a names an algorithm sluice implements.
+func (a Algorithm) Known() bool {
+	for _, k := range Algorithms {
+		if a == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Request asks to take Cost tokens from every limit of one key at once.
+type Request struct {
+	// Key identifies whose limits these are: an API key or a client address,
+	// already prefixed by its kind so that the two cannot collide. Stores
+	// must treat it as opaque bytes.
+	Key string
+	// Cost is how many tokens the request takes from each limit. Zero
+	// means 1.
+	Cost int64
+	// Limits are checked together: the request passes only if every one
+	// allows it, and a refused request takes from none.
+	Limits []Limit
+}
+
+// EffectiveCost reports Cost, or 1 when Cost is zero.
+func (r *Request) EffectiveCost() int64 {
+	if r.Cost <= 0 {
+		return 1
+	}
+	return r.Cost
+}
+
+// Validate checks the request before a store touches any state.
+func (r *Request) Validate() error {
+	if len(r.Limits) == 0 {
+		return errors.New("limit: request has no limits")
+	}
+	if r.Cost < 0 {
+		return fmt.Errorf("limit: cost %d is negative", r.Cost)
+	}
+	for i := range r.Limits {
+		if err := r.Limits[i].Validate(); err != nil {
+			return err
+		}
+		for j := 0; j < i; j++ {
+			if r.Limits[j].Name == r.Limits[i].Name {
+				return fmt.Errorf("limit %q: named twice in one request", r.Limits[i].Name)
+			}
+		}
+	}
+	return nil
+}
+
+// Decision is a store's answer to a Request.
+type Decision struct {
+	// Allowed reports whether the request passed every limit.
+	Allowed bool
+	// Index is the position in Request.Limits of the limit the headers
+	// describe: the one that refused (the longest wait when several did), or
+	// when allowed the one with the fewest tokens left.
+	Index int
+	// Remaining is how many tokens that limit has left after this request.
+	Remaining int64
+	// RetryAfter is how long until the same request could pass; zero when
+	// allowed, Never when the cost exceeds a limit's burst.
+	RetryAfter time.Duration
+	// ResetAfter is how long until that limit is full again, or for window
+	// algorithms until its current window ends.
+	ResetAfter time.Duration
+}
+
+// Store takes tokens from the limits of one key atomically. Implementations
+// are safe for concurrent use.
+type Store interface {
+	// Take checks every limit of req and, only if all allow it, takes
+	// req.Cost tokens from each. An error means nothing is known about the
+	// limits: the caller decides whether to fail open or closed.
+	Take(ctx context.Context, req *Request) (Decision, error)
+}
+
+// BucketID names the stored state of l within one key. It holds the name,
+// the algorithm and the period, so a rule change that keeps those keeps the
+// key's state, while one that changes how it counts starts afresh.
+func (l *Limit) BucketID() string {
+	return fmt.Sprintf("%s:%s:%d", l.Name, l.Alg(), l.PeriodMillis())
+}

@@ -1,0 +1,255 @@
+package limittest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Factory returns an empty store that reads time from now. Keys the suite
+// uses are unique to each test, so a store shared between calls is fine.
+type Factory func(t *testing.T, now func() time.Time) limit.Store
+
+// start is where every suite clock begins: a whole second, so window
+// boundaries fall on round numbers.
+var start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// Run runs the conformance suite against the stores newStore makes.
+func Run(t *testing.T, newStore Factory) {
+	t.Run("BurstThenRefuse", func(t *testing.T) { testBurstThenRefuse(t, newStore) })
+	t.Run("Refill", func(t *testing.T) { testRefill(t, newStore) })
+	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
+	t.Run("Cost", func(t *testing.T) { testCost(t, newStore) })
+	t.Run("KeysIsolated", func(t *testing.T) { testKeysIsolated(t, newStore) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
+	t.Run("MatchesModel", func(t *testing.T) { testMatchesModel(t, newStore) })
+}
+
+// uniqueKey returns a key no other test uses, so stores may be shared.
+func uniqueKey(t *testing.T, suffix string) string {
+	return fmt.Sprintf("%s/%d/%s", t.Name(), rand.Uint64(), suffix)
+}
+
+func take(t *testing.T, s limit.Store, req *limit.Request) limit.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Take(%q): %v", req.Key, err)
+	}
+	return d
+}
+
+func perSecond(name string, rate, burst int64) limit.Limit {
+	return limit.Limit{Name: name, Count: rate, Period: time.Second, Burst: burst}
+}
+
+func testBurstThenRefuse(t *testing.T, newStore Factory) {
+	for _, alg := range []limit.Algorithm{limit.TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			clk := NewClock(start)
+			s := newStore(t, clk.Now)
+			l := perSecond("s", 10, 20)
+			l.Algorithm = alg
+			req := &limit.Request{Key: uniqueKey(t, "k"), Limits: []limit.Limit{l}}
+			for i := range 20 {
+				d := take(t, s, req)
+				if !d.Allowed {
+					t.Fatalf("request %d of a burst of 20: refused, want allowed", i+1)
+				}
+				if want := int64(19 - i); d.Remaining != want {
+					t.Errorf("request %d: remaining %d, want %d", i+1, d.Remaining, want)
+				}
+			}
+			d := take(t, s, req)
+			if d.Allowed {
+				t.Fatal("request 21 of a burst of 20: allowed, want refused")
+			}
+			if d.RetryAfter != 100*time.Millisecond {
+				t.Errorf("retry after %v, want 100ms (one token at 10/s)", d.RetryAfter)
+			}
+			if d.ResetAfter != 2*time.Second {
+				t.Errorf("reset after %v, want 2s (20 tokens at 10/s)", d.ResetAfter)
+			}
+		})
+	}
+}
+
+func testRefill(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	req := &limit.Request{Key: uniqueKey(t, "k"), Limits: []limit.Limit{perSecond("s", 10, 10)}}
+	for range 10 {
+		take(t, s, req)
+	}
+	if take(t, s, req).Allowed {
+		t.Fatal("empty bucket allowed a request")
+	}
+	clk.Advance(99 * time.Millisecond)
+	if d := take(t, s, req); d.Allowed || d.RetryAfter != time.Millisecond {
+		t.Fatalf("after 99ms: allowed %v retry %v, want refused with 1ms to wait", d.Allowed, d.RetryAfter)
+	}
+	clk.Advance(time.Millisecond)
+	if !take(t, s, req).Allowed {
+		t.Fatal("after 100ms at 10/s: refused, want one token")
+	}
+	clk.Advance(550 * time.Millisecond)
+	got := 0
+	for take(t, s, req).Allowed {
+		got++
+	}
+	if got != 5 {
+		t.Errorf("after 550ms at 10/s: %d allowed, want 5", got)
+	}
+	clk.Advance(time.Hour)
+	got = 0
+	for take(t, s, req).Allowed {
+		got++
+	}
+	if got != 10 {
+		t.Errorf("after an idle hour: %d allowed, want the burst of 10", got)
+	}
+}
+
+func testAllOrNothing(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	key := uniqueKey(t, "k")
+	both := &limit.Request{Key: key, Limits: []limit.Limit{perSecond("s", 5, 5), {Name: "m", Count: 100, Period: time.Minute}}}
+	for range 5 {
+		if !take(t, s, both).Allowed {
+			t.Fatal("within both limits: refused")
+		}
+	}
+	for range 10 {
+		d := take(t, s, both)
+		if d.Allowed {
+			t.Fatal("per-second limit empty: allowed")
+		}
+		if d.Index != 0 {
+			t.Errorf("refused by limit %d, want 0 (the per-second one)", d.Index)
+		}
+	}
+	minute := &limit.Request{Key: key, Limits: []limit.Limit{{Name: "m", Count: 100, Period: time.Minute}}}
+	if d := take(t, s, minute); d.Remaining != 94 {
+		t.Errorf("minute limit after 5 allowed and 10 refused: remaining %d, want 94 (refusals take nothing)", d.Remaining)
+	}
+}
+
+func testCost(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	req := &limit.Request{Key: uniqueKey(t, "k"), Cost: 5, Limits: []limit.Limit{perSecond("s", 10, 12)}}
+	for i, want := range []bool{true, true, false} {
+		if d := take(t, s, req); d.Allowed != want {
+			t.Fatalf("cost-5 request %d on a burst of 12: allowed %v, want %v", i+1, d.Allowed, want)
+		}
+	}
+	if d := take(t, s, req); d.RetryAfter != 300*time.Millisecond {
+		t.Errorf("2 tokens left, cost 5 at 10/s: retry after %v, want 300ms", d.RetryAfter)
+	}
+	req.Cost = 13
+	if d := take(t, s, req); d.Allowed || d.RetryAfter != limit.Never {
+		t.Errorf("cost 13 on a burst of 12: allowed %v retry %v, want refused with Never", d.Allowed, d.RetryAfter)
+	}
+}
+
+// hostileKeys are API keys a client might send to escape its limit or to
+// spend someone else's: they must all be distinct buckets.
+var hostileKeys = []string{
+	"a", "a}", "{a}", "a:s", "a:s:token_bucket:1000", "}{", "{", "}", "", " ", "a b",
+	"\x00", "\xff\xfe", "k\n", "ключ", "{user1000}.following", "user1000",
+	string(make([]byte, 4096)),
+}
+
+func testKeysIsolated(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	prefix := uniqueKey(t, "")
+	for _, k := range hostileKeys {
+		req := &limit.Request{Key: prefix + k, Limits: []limit.Limit{perSecond("s", 1, 2)}}
+		take(t, s, req)
+	}
+	for _, k := range hostileKeys {
+		req := &limit.Request{Key: prefix + k, Limits: []limit.Limit{perSecond("s", 1, 2)}}
+		if d := take(t, s, req); !d.Allowed || d.Remaining != 0 {
+			t.Errorf("key %q: second request allowed %v remaining %d, want allowed with 0 left (another key spent its tokens?)", k, d.Allowed, d.Remaining)
+		}
+	}
+}
+
+func testConcurrent(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	req := limit.Request{Key: uniqueKey(t, "k"), Limits: []limit.Limit{perSecond("s", 1, 50), {Name: "m", Count: 1000, Period: time.Minute}}}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			r := req
+			for range 20 {
+				d, err := s.Take(context.Background(), &r)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 50 {
+		t.Errorf("320 concurrent requests on a burst of 50 with the clock stopped: %d admitted, want exactly 50", got)
+	}
+}
+
+// testMatchesModel drives a random sequence through the store and through
+// limit.Evaluate on plain memory, and requires the same decision at every step.
+func testMatchesModel(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	rng := rand.New(rand.NewPCG(1, 2))
+	key := uniqueKey(t, "k")
+	limits := []limit.Limit{
+		{Name: "s", Count: 7, Period: time.Second, Burst: 11},
+		{Name: "m", Count: 50, Period: time.Minute},
+		{Name: "t", Count: 3, Period: 250 * time.Millisecond, Burst: 4},
+	}
+	m := newModel()
+	for step := range 400 {
+		clk.Advance(time.Duration(rng.IntN(200)) * time.Millisecond)
+		req := &limit.Request{Key: key, Cost: int64(1 + rng.IntN(3)), Limits: limits[:1+rng.IntN(len(limits))]}
+		want := m.take(clk.Now().UnixMilli(), req)
+		got := take(t, s, req)
+		if got != want {
+			t.Fatalf("step %d (cost %d, %d limits): store %+v, model %+v", step, req.Cost, len(req.Limits), got, want)
+		}
+	}
+}
+
+// model is the reference store: limit.Evaluate over a map, no cleverness.
+type model struct{ states map[string]limit.State }
+
+func newModel() *model { return &model{states: map[string]limit.State{}} }
+
+func (m *model) take(now int64, req *limit.Request) limit.Decision {
+	outs := make([]limit.Outcome, len(req.Limits))
+	for i := range req.Limits {
+		st := m.states[req.Limits[i].BucketID()]
+		outs[i] = limit.Evaluate(&req.Limits[i], &st, now, req.EffectiveCost())
+	}
+	d := limit.Decide(outs)
+	if d.Allowed {
+		for i := range req.Limits {
+			m.states[req.Limits[i].BucketID()] = outs[i].Next
+		}
+	}
+	return d
+}

@@ -1,0 +1,168 @@
+// Package memstore is the in-process limit.Store: exact for one gateway, and
+// the store sluice uses when no Redis is configured. It also serves as the
+// local fallback while a Redis shard is unreachable.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// Now returns the current time. Nil means time.Now. Tests pass a fake
+	// clock here.
+	Now func() time.Time
+	// Shards is how many independently locked maps hold the keys. Zero
+	// means 64.
+	Shards int
+}
+
+// Store keeps every key's limit states in memory. It is safe for concurrent
+// use; all limits of one key are checked and taken under one lock, so a
+// request is all or nothing. Memory is bounded by the keys active within
+// their limits' refill time: a state that would be full again is dropped.
+type Store struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	shards []shard
+}
+
+type shard struct {
+	mu      sync.Mutex
+	keys    map[string]*entry // guarded by mu
+	touches int               // takes since the last sweep; guarded by mu
+}
+
+// entry is one key's states, one slot per limit it has been asked about.
+type entry struct {
+	slots   []slot
+	expires int64 // Unix ms after which every slot is as good as empty
+}
+
+// slot is one limit's state. A limit is the same one while its name,
+// algorithm and period stay (limit.BucketID says why).
+type slot struct {
+	name    string
+	alg     limit.Algorithm
+	period  time.Duration
+	state   limit.State
+	expires int64
+}
+
+var _ limit.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New(cfg Config) *Store {
+	n := cfg.Shards
+	if n <= 0 {
+		n = 64
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Store{now: now, seed: maphash.MakeSeed(), shards: make([]shard, n)}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*entry)
+	}
+	return s
+}
+
+// Take implements limit.Store. It never returns an error for a valid request.
+func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return limit.Decision{}, err
+	}
+	return s.TakeAt(s.now().UnixMilli(), req), nil
+}
+
+// TakeAt is Take at an explicit time in Unix milliseconds, for callers that
+// keep their own clock. req must be valid.
+func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
+	cost := req.EffectiveCost()
+	var buf [4]limit.Outcome
+	outs := buf[:0]
+	sh := &s.shards[maphash.String(s.seed, req.Key)%uint64(len(s.shards))]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[req.Key]
+	if e != nil && e.expires <= now {
+		e.slots = e.slots[:0]
+	}
+	var idxBuf [4]int
+	idx := idxBuf[:0]
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		var st limit.State
+		at := -1
+		if e != nil {
+			if at = e.find(l); at >= 0 && e.slots[at].expires > now {
+				st = e.slots[at].state
+			}
+		}
+		idx = append(idx, at)
+		outs = append(outs, limit.Evaluate(l, &st, now, cost))
+	}
+	d := limit.Decide(outs)
+	if d.Allowed {
+		if e == nil {
+			e = &entry{}
+			sh.keys[req.Key] = e
+		}
+		for i := range req.Limits {
+			o := &outs[i]
+			exp := now + o.TTL
+			if idx[i] < 0 {
+				l := &req.Limits[i]
+				e.slots = append(e.slots, slot{name: l.Name, alg: l.Alg(), period: l.Period, state: o.Next, expires: exp})
+			} else {
+				e.slots[idx[i]].state, e.slots[idx[i]].expires = o.Next, exp
+			}
+			e.expires = max(e.expires, exp)
+		}
+	}
+	sh.touches++
+	if sh.touches > len(sh.keys)+64 {
+		sh.sweep(now)
+	}
+	return d
+}
+
+// find returns the index of l's slot, or -1.
+func (e *entry) find(l *limit.Limit) int {
+	alg := l.Alg()
+	for i := range e.slots {
+		if sl := &e.slots[i]; sl.name == l.Name && sl.alg == alg && sl.period == l.Period {
+			return i
+		}
+	}
+	return -1
+}
+
+// sweep drops keys whose every state has expired. It runs after about as
+// many takes as the shard holds keys, so its cost per take is constant.
+func (sh *shard) sweep(now int64) {
+	for k, e := range sh.keys {
+		if e.expires <= now {
+			delete(sh.keys, k)
+		}
+	}
+	sh.touches = 0
+}
+
+// Len reports how many keys the store holds, including expired ones not yet
+// swept. It is for tests and metrics.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].keys)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,178 @@
+// Package rules describes which limits apply to a request: the rules file
+// (or the rules service's snapshot), its validation, and the resolution of
+// one request's identity and endpoint to the limits a store must check.
+//
+// A [Set] is immutable once compiled; a gateway swaps whole sets, so a
+// request never sees half of a rule change.
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Scope says what a rule matches on.
+type Scope string
+
+// The scopes a rule can have, from least to most specific.
+const (
+	ScopeDefault  Scope = "default"  // every request with an API key
+	ScopeIP       Scope = "ip"       // requests without an API key, by client address
+	ScopeEndpoint Scope = "endpoint" // every request to one endpoint
+	ScopePlan     Scope = "plan"     // keys on one plan, optionally on one endpoint
+	ScopeKey      Scope = "key"      // one API key: an override
+)
+
+// Mode says whether a rule refuses.
+type Mode string
+
+// Rule modes.
+const (
+	Enforce Mode = "enforce" // the default: over the limit means 429
+	Shadow  Mode = "shadow"  // checked and logged, never refuses
+)
+
+// FailMode says what a rule does when the shared store cannot answer.
+type FailMode string
+
+// Fail modes.
+const (
+	FailOpen   FailMode = "open"   // the default: limit locally, approximately
+	FailClosed FailMode = "closed" // refuse: for logins, password resets, SMS
+)
+
+// Duration is a time.Duration written as in Go ("1s", "90ms") or in days
+// ("1d").
+type Duration time.Duration
+
+// ParseDuration parses a rule's period.
+func ParseDuration(s string) (Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days <= 0 || days > 366 {
+			return 0, fmt.Errorf("period %q: want a whole number of days from 1 to 366", s)
+		}
+		return Duration(time.Duration(days) * 24 * time.Hour), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("period %q: want a duration such as 1s, 1m, 1h or 1d", s)
+	}
+	return Duration(d), nil
+}
+
+// String formats d the way ParseDuration reads it.
+func (d Duration) String() string {
+	td := time.Duration(d)
+	for _, u := range []struct {
+		d      time.Duration
+		suffix string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if td >= u.d && td%u.d == 0 {
+			return strconv.FormatInt(int64(td/u.d), 10) + u.suffix
+		}
+	}
+	return td.String()
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// Limit is one limit as a rule writes it: "rate per per, burst burst".
+type Limit struct {
+	Name      string          `json:"name" yaml:"name"`
+	Rate      int64           `json:"rate" yaml:"rate"`
+	Per       Duration        `json:"per" yaml:"per"`
+	Burst     int64           `json:"burst,omitempty" yaml:"burst,omitempty"`
+	Algorithm limit.Algorithm `json:"algorithm,omitempty" yaml:"algorithm,omitempty"`
+}
+
+// Match narrows a rule's scope.
+type Match struct {
+	Plan     string `json:"plan,omitempty" yaml:"plan,omitempty"`
+	Endpoint string `json:"endpoint,omitempty" yaml:"endpoint,omitempty"`
+	Key      string `json:"key,omitempty" yaml:"key,omitempty"`
+}
+
+// Rule is one entry of the rules table.
+type Rule struct {
+	// ID is the rules service's identifier; zero in a rules file.
+	ID        int64     `json:"id,omitempty" yaml:"id,omitempty"`
+	Scope     Scope     `json:"scope" yaml:"scope"`
+	Match     Match     `json:"match,omitzero" yaml:"match,omitempty"`
+	Limits    []Limit   `json:"limits" yaml:"limits"`
+	Mode      Mode      `json:"mode,omitempty" yaml:"mode,omitempty"`
+	FailMode  FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`
+	Reason    string    `json:"reason,omitempty" yaml:"reason,omitempty"`
+}
+
+// KeyInfo is what the key directory knows of one API key.
+type KeyInfo struct {
+	Plan string `json:"plan" yaml:"plan"`
+	Org  string `json:"org,omitempty" yaml:"org,omitempty"`
+}
+
+// Endpoint is a named route and its cost in tokens.
+type Endpoint struct {
+	Name string `json:"name" yaml:"name"`
+	// Method is an HTTP method; empty matches any.
+	Method string `json:"method,omitempty" yaml:"method,omitempty"`
+	// Path is matched exactly, or as a prefix when it ends in "*".
+	Path string `json:"path" yaml:"path"`
+	// Cost is the tokens one request takes; zero means 1.
+	Cost int64 `json:"cost,omitempty" yaml:"cost,omitempty"`
+}
+
+// Document is a rule set as written: the rules file's YAML, or the JSON body
+// of a snapshot.
+type Document struct {
+	Keys      map[string]KeyInfo `json:"keys,omitempty" yaml:"keys,omitempty"`
+	Endpoints []Endpoint         `json:"endpoints,omitempty" yaml:"endpoints,omitempty"`
+	Rules     []Rule             `json:"rules" yaml:"rules"`
+}
+
+// FieldError names what is wrong in a rule set and where.
+type FieldError struct {
+	// Where locates the offending entry, such as "rules[2] (plan pro)".
+	Where string
+	// Field is the field at fault, such as "limits[0].rate".
+	Field string
+	// Problem says what is wrong with it.
+	Problem string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Where + ": " + e.Problem
+	}
+	return e.Where + ": " + e.Field + ": " + e.Problem
+}
+
+// toLimit converts a written limit, validating it.
+func (l *Limit) toLimit(failClosed bool) (limit.Limit, error) {
+	if l.Per <= 0 {
+		return limit.Limit{}, errors.New("per is missing or not positive")
+	}
+	out := limit.Limit{Name: l.Name, Count: l.Rate, Period: time.Duration(l.Per), Burst: l.Burst,
+		Algorithm: l.Algorithm, FailClosed: failClosed}
+	if err := out.Validate(); err != nil {
+		return limit.Limit{}, err
+	}
+	return out, nil
+}

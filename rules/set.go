@@ -1,0 +1,387 @@
+package rules
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Set is a compiled, validated rule set: immutable and safe for concurrent
+// use. The zero value is not usable; build one with Compile, Parse or
+// LoadFile.
+type Set struct {
+	// Version orders snapshots from the rules service; zero for a file.
+	Version int64
+	// Hash is the hex SHA-256 of the set's canonical JSON: two sets with
+	// the same rules have the same hash.
+	Hash string
+	doc  Document
+
+	keys      map[string]KeyInfo
+	endpoints []Endpoint
+	// compiled rules, indexed by what they match.
+	byMatch map[matchKey][]compiled
+	ip      []compiled
+}
+
+// matchKey is the index of a rule: its scope and match fields.
+type matchKey struct {
+	scope         Scope
+	plan, ep, key string
+}
+
+type compiled struct {
+	rule    *Rule
+	limits  []limit.Limit
+	shadow  bool
+	expires time.Time // zero: never
+}
+
+// specificity orders scopes for the merge: a higher one wins a limit name.
+func specificity(sc Scope, m Match) int {
+	switch sc {
+	case ScopeKey:
+		return 5
+	case ScopePlan:
+		if m.Endpoint != "" {
+			return 4
+		}
+		return 3
+	case ScopeEndpoint:
+		return 2
+	}
+	return 1 // default, ip
+}
+
+// Parse reads a rules file's YAML and compiles it. name is used in errors.
+func Parse(name string, data []byte) (*Set, error) {
+	var doc Document
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("rules file %s: %w", name, err)
+	}
+	s, err := Compile(doc, 0)
+	if err != nil {
+		return nil, fmt.Errorf("rules file %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// LoadFile reads and compiles the rules file at path.
+func LoadFile(path string) (*Set, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules file: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Document returns the rules as written. The caller must not modify it.
+func (s *Set) Document() Document { return s.doc }
+
+// Compile validates doc and builds a Set of the given version. The error
+// names the rule and the field at fault.
+func Compile(doc Document, version int64) (*Set, error) {
+	s := &Set{Version: version, doc: doc, keys: doc.Keys, byMatch: map[matchKey][]compiled{}}
+	if s.keys == nil {
+		s.keys = map[string]KeyInfo{}
+	}
+	for k, info := range doc.Keys {
+		if err := checkKey(k); err != nil {
+			return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Problem: err.Error()}
+		}
+		if info.Plan == "" {
+			return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Field: "plan", Problem: "is empty"}
+		}
+	}
+	names := map[string]bool{}
+	for i, ep := range doc.Endpoints {
+		where := fmt.Sprintf("endpoints[%d] (%s)", i, ep.Name)
+		switch {
+		case ep.Name == "":
+			return nil, &FieldError{Where: where, Field: "name", Problem: "is empty"}
+		case names[ep.Name]:
+			return nil, &FieldError{Where: where, Field: "name", Problem: "is used by an earlier endpoint"}
+		case !strings.HasPrefix(ep.Path, "/"):
+			return nil, &FieldError{Where: where, Field: "path", Problem: fmt.Sprintf("%q does not start with /", ep.Path)}
+		case ep.Cost < 0:
+			return nil, &FieldError{Where: where, Field: "cost", Problem: fmt.Sprintf("%d is negative", ep.Cost)}
+		case ep.Method != "" && ep.Method != strings.ToUpper(ep.Method):
+			return nil, &FieldError{Where: where, Field: "method", Problem: fmt.Sprintf("%q must be upper case", ep.Method)}
+		}
+		names[ep.Name] = true
+		s.endpoints = append(s.endpoints, ep)
+	}
+	// Exact paths before prefixes, longer prefixes before shorter ones.
+	sort.SliceStable(s.endpoints, func(i, j int) bool {
+		pi, pj := strings.HasSuffix(s.endpoints[i].Path, "*"), strings.HasSuffix(s.endpoints[j].Path, "*")
+		if pi != pj {
+			return !pi
+		}
+		return len(s.endpoints[i].Path) > len(s.endpoints[j].Path)
+	})
+	for i := range doc.Rules {
+		r := &doc.Rules[i]
+		c, err := compileRule(r, names)
+		if err != nil {
+			return nil, &FieldError{Where: fmt.Sprintf("rules[%d] (%s)", i, describe(r)), Field: err.Field, Problem: err.Problem}
+		}
+		if r.Scope == ScopeIP {
+			s.ip = append(s.ip, c)
+			continue
+		}
+		mk := matchKey{scope: r.Scope, plan: r.Match.Plan, ep: r.Match.Endpoint, key: r.Match.Key}
+		for _, other := range s.byMatch[mk] {
+			if other.shadow == c.shadow && other.expires.IsZero() && c.expires.IsZero() {
+				return nil, &FieldError{Where: fmt.Sprintf("rules[%d] (%s)", i, describe(r)), Field: "match",
+					Problem: "another rule with the same scope, match and mode already exists"}
+			}
+		}
+		s.byMatch[mk] = append(s.byMatch[mk], c)
+	}
+	canon, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("rules: encode for hashing: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	s.Hash = hex.EncodeToString(sum[:])
+	return s, nil
+}
+
+func describe(r *Rule) string {
+	parts := []string{string(r.Scope)}
+	for _, kv := range [][2]string{{"plan", r.Match.Plan}, {"endpoint", r.Match.Endpoint}, {"key", r.Match.Key}} {
+		if kv[1] != "" {
+			parts = append(parts, kv[0]+"="+kv[1])
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// checkKey refuses API keys that cannot be a real key.
+func checkKey(k string) error {
+	if k == "" {
+		return fmt.Errorf("API key is empty")
+	}
+	if len(k) > MaxKeyLen {
+		return fmt.Errorf("API key is %d bytes, longer than %d", len(k), MaxKeyLen)
+	}
+	return nil
+}
+
+// MaxKeyLen is the longest API key sluice accepts, in bytes.
+const MaxKeyLen = 256
+
+func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
+	fe := func(field, format string, a ...any) (compiled, *FieldError) {
+		return compiled{}, &FieldError{Field: field, Problem: fmt.Sprintf(format, a...)}
+	}
+	m := r.Match
+	switch r.Scope {
+	case ScopeDefault, ScopeIP:
+		if m != (Match{}) {
+			return fe("match", "a %s rule matches everything and takes no match", r.Scope)
+		}
+	case ScopeEndpoint:
+		if m.Endpoint == "" || m.Plan != "" || m.Key != "" {
+			return fe("match", "an endpoint rule matches exactly one endpoint: {endpoint: NAME}")
+		}
+	case ScopePlan:
+		if m.Plan == "" || m.Key != "" {
+			return fe("match", "a plan rule matches {plan: NAME} and optionally an endpoint")
+		}
+	case ScopeKey:
+		if m.Key == "" || m.Plan != "" || m.Endpoint != "" {
+			return fe("match", "a key rule matches exactly one key: {key: KEY}")
+		}
+		if err := checkKey(m.Key); err != nil {
+			return fe("match.key", "%v", err)
+		}
+	case "":
+		return fe("scope", "is missing (want default, ip, endpoint, plan or key)")
+	default:
+		return fe("scope", "%q is not one of default, ip, endpoint, plan, key", r.Scope)
+	}
+	if m.Endpoint != "" && !endpoints[m.Endpoint] {
+		return fe("match.endpoint", "%q is not a declared endpoint", m.Endpoint)
+	}
+	switch r.Mode {
+	case "", Enforce, Shadow:
+	default:
+		return fe("mode", "%q is not enforce or shadow", r.Mode)
+	}
+	switch r.FailMode {
+	case "", FailOpen, FailClosed:
+	default:
+		return fe("fail_mode", "%q is not open or closed", r.FailMode)
+	}
+	if len(r.Limits) == 0 {
+		return fe("limits", "a rule needs at least one limit")
+	}
+	c := compiled{rule: r, shadow: r.Mode == Shadow, expires: r.ExpiresAt}
+	for j := range r.Limits {
+		l, err := r.Limits[j].toLimit(r.FailMode == FailClosed)
+		if err != nil {
+			return fe(fmt.Sprintf("limits[%d]", j), "%v", err)
+		}
+		for _, prev := range c.limits {
+			if prev.Name == l.Name {
+				return fe(fmt.Sprintf("limits[%d].name", j), "%q is used twice in this rule", l.Name)
+			}
+		}
+		c.limits = append(c.limits, l)
+	}
+	return c, nil
+}
+
+// Query is what the gateway knows of a request when it resolves its limits.
+type Query struct {
+	// APIKey is the caller's API key; empty for a request without one.
+	APIKey string
+	// Endpoint is the endpoint's name from Endpoint; empty when none matched.
+	Endpoint string
+}
+
+// Resolution is the limits that apply to one request.
+type Resolution struct {
+	// Limits are enforced: all must allow the request.
+	Limits []limit.Limit
+	// Shadow limits are checked and logged, never enforced.
+	Shadow []limit.Limit
+	// Cost is the request's cost in tokens.
+	Cost int64
+	// Plan is the key's plan; empty for unknown keys and requests without one.
+	Plan string
+	// Rules are the rules that contributed a limit, parallel to Limits.
+	Rules []*Rule
+	// ShadowRules are parallel to Shadow.
+	ShadowRules []*Rule
+}
+
+// Endpoint returns the endpoint a request's method and path belong to, if any.
+func (s *Set) Endpoint(method, path string) (Endpoint, bool) {
+	for _, ep := range s.endpoints {
+		if ep.Method != "" && ep.Method != method {
+			continue
+		}
+		if prefix, ok := strings.CutSuffix(ep.Path, "*"); ok {
+			if strings.HasPrefix(path, prefix) {
+				return ep, true
+			}
+		} else if path == ep.Path {
+			return ep, true
+		}
+	}
+	return Endpoint{}, false
+}
+
+// Key returns what the directory knows of an API key.
+func (s *Set) Key(apiKey string) (KeyInfo, bool) {
+	k, ok := s.keys[apiKey]
+	return k, ok
+}
+
+// Resolve returns the limits of a request at time now. For each limit name
+// the most specific rule wins: a key's own override, then plan and endpoint,
+// then plan, then endpoint, then the default (for requests without an API
+// key, the ip rules stand in for the default). Expired rules do not apply.
+func (s *Set) Resolve(now time.Time, q Query) Resolution {
+	var res Resolution
+	var cands [6][]compiled
+	n := 0
+	add := func(mk matchKey) {
+		if cs := s.byMatch[mk]; len(cs) > 0 {
+			cands[n] = cs
+			n++
+		}
+	}
+	if q.APIKey == "" {
+		if len(s.ip) > 0 {
+			cands[n] = s.ip
+			n++
+		} else {
+			add(matchKey{scope: ScopeDefault})
+		}
+	} else {
+		add(matchKey{scope: ScopeDefault})
+		if info, ok := s.keys[q.APIKey]; ok {
+			res.Plan = info.Plan
+			add(matchKey{scope: ScopePlan, plan: info.Plan})
+			if q.Endpoint != "" {
+				add(matchKey{scope: ScopePlan, plan: info.Plan, ep: q.Endpoint})
+			}
+		}
+		add(matchKey{scope: ScopeKey, key: q.APIKey})
+	}
+	if q.Endpoint != "" {
+		add(matchKey{scope: ScopeEndpoint, ep: q.Endpoint})
+	}
+	// Merge by limit name, the most specific rule winning.
+	type pick struct {
+		l    limit.Limit
+		r    *Rule
+		spec int
+	}
+	var enforced, shadow []pick
+	merge := func(into *[]pick, c *compiled) {
+		// Within one scope, a rule with an expiry is a temporary override of
+		// the permanent one, so it wins the tie.
+		spec := 2 * specificity(c.rule.Scope, c.rule.Match)
+		if !c.expires.IsZero() {
+			spec++
+		}
+	next:
+		for _, l := range c.limits {
+			for i := range *into {
+				if (*into)[i].l.Name == l.Name {
+					if spec > (*into)[i].spec {
+						(*into)[i] = pick{l, c.rule, spec}
+					}
+					continue next
+				}
+			}
+			*into = append(*into, pick{l, c.rule, spec})
+		}
+	}
+	for _, cs := range cands[:n] {
+		for i := range cs {
+			c := &cs[i]
+			if !c.expires.IsZero() && !now.Before(c.expires) {
+				continue
+			}
+			if c.shadow {
+				merge(&shadow, c)
+			} else {
+				merge(&enforced, c)
+			}
+		}
+	}
+	for _, p := range enforced {
+		res.Limits = append(res.Limits, p.l)
+		res.Rules = append(res.Rules, p.r)
+	}
+	for _, p := range shadow {
+		res.Shadow = append(res.Shadow, p.l)
+		res.ShadowRules = append(res.ShadowRules, p.r)
+	}
+	res.Cost = 1
+	if q.Endpoint != "" {
+		for _, ep := range s.endpoints {
+			if ep.Name == q.Endpoint && ep.Cost > 0 {
+				res.Cost = ep.Cost
+			}
+		}
+	}
+	return res
+}
