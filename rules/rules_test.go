@@ -1,0 +1,258 @@
+package rules_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+func mustLoad(t *testing.T) *rules.Set {
+	t.Helper()
+	s, err := rules.LoadFile("testdata/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestResolvePrecedence(t *testing.T) {
+	s := mustLoad(t)
+	before := time.Date(2026, 10, 28, 8, 0, 0, 0, time.UTC) // the key_8f3 override still applies
+	after := time.Date(2026, 10, 28, 9, 0, 0, 0, time.UTC)  // it has expired
+	type lim struct {
+		name         string
+		count, burst int64
+		per          time.Duration
+	}
+	tests := []struct {
+		name     string
+		now      time.Time
+		q        rules.Query
+		want     []lim
+		cost     int64
+		closed   string // the limit that fails closed, if any
+		wantPlan string
+	}{
+		{"unknown key gets the default", after, rules.Query{APIKey: "nobody"},
+			[]lim{{"s", 10, 20, time.Second}}, 1, "", ""},
+		{"a plan without rules of its own gets the default", after, rules.Query{APIKey: "key_free"},
+			[]lim{{"s", 10, 20, time.Second}}, 1, "", "free"},
+		{"pro plan", after, rules.Query{APIKey: "key_8f3"},
+			[]lim{{"s", 100, 200, time.Second}, {"m", 5000, 5000, time.Minute}}, 1, "", "pro"},
+		{"pro plan on search adds the search limit and its cost", after, rules.Query{APIKey: "key_8f3", Endpoint: "search"},
+			[]lim{{"s", 100, 200, time.Second}, {"m", 5000, 5000, time.Minute}, {"search", 20, 40, time.Second}}, 5, "", "pro"},
+		{"key override wins s until it expires", before, rules.Query{APIKey: "key_8f3"},
+			[]lim{{"s", 10, 10, time.Second}, {"m", 5000, 5000, time.Minute}}, 1, "", "pro"},
+		{"no key: the ip rule stands in for the default", after, rules.Query{},
+			[]lim{{"ip", 50, 100, time.Second}}, 1, "", ""},
+		{"login adds a fail-closed limit for everyone", after, rules.Query{Endpoint: "login"},
+			[]lim{{"ip", 50, 100, time.Second}, {"login", 5, 5, time.Minute}}, 1, "login", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := s.Resolve(tt.now, tt.q)
+			if len(res.Limits) != len(tt.want) {
+				t.Fatalf("got %d limits (%v), want %d", len(res.Limits), res.Limits, len(tt.want))
+			}
+			for i, w := range tt.want {
+				g := res.Limits[i]
+				if g.Name != w.name || g.Count != w.count || g.EffectiveBurst() != w.burst || g.Period != w.per {
+					t.Errorf("limit %d: got %v, want %s %d per %v burst %d", i, g, w.name, w.count, w.per, w.burst)
+				}
+				if g.FailClosed != (g.Name == tt.closed) {
+					t.Errorf("limit %s: fail closed %v, want %v", g.Name, g.FailClosed, g.Name == tt.closed)
+				}
+				if res.Rules[i] == nil {
+					t.Errorf("limit %s: no rule recorded", g.Name)
+				}
+			}
+			if res.Cost != tt.cost {
+				t.Errorf("cost %d, want %d", res.Cost, tt.cost)
+			}
+			if res.Plan != tt.wantPlan {
+				t.Errorf("plan %q, want %q", res.Plan, tt.wantPlan)
+			}
+		})
+	}
+}
+
+func TestShadowRulesNeverEnforced(t *testing.T) {
+	s, err := rules.Parse("inline", []byte(`
+rules:
+  - scope: default
+    limits: [{name: s, rate: 10, per: 1s}]
+  - scope: default
+    mode: shadow
+    limits: [{name: s, rate: 2, per: 1s}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := s.Resolve(time.Now(), rules.Query{APIKey: "k"})
+	if len(res.Limits) != 1 || res.Limits[0].Count != 10 {
+		t.Errorf("enforced limits %v, want only s=10/s", res.Limits)
+	}
+	if len(res.Shadow) != 1 || res.Shadow[0].Count != 2 || res.ShadowRules[0].Mode != rules.Shadow {
+		t.Errorf("shadow limits %v, want s=2/s from the shadow rule", res.Shadow)
+	}
+}
+
+func TestEndpointMatching(t *testing.T) {
+	s, err := rules.Parse("inline", []byte(`
+endpoints:
+  - {name: any, path: /v1/*}
+  - {name: search, method: GET, path: /v1/search, cost: 5}
+  - {name: items, path: /v1/items/*}
+rules:
+  - scope: default
+    limits: [{name: s, rate: 10, per: 1s}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ method, path, want string }{
+		{"GET", "/v1/search", "search"},
+		{"POST", "/v1/search", "any"},
+		{"GET", "/v1/items/42", "items"},
+		{"GET", "/v1/other", "any"},
+		{"GET", "/v2/search", ""},
+	}
+	for _, tt := range tests {
+		ep, _ := s.Endpoint(tt.method, tt.path)
+		if ep.Name != tt.want {
+			t.Errorf("%s %s: endpoint %q, want %q", tt.method, tt.path, ep.Name, tt.want)
+		}
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string // all must appear in the error
+	}{
+		{"negative rate", `
+rules:
+  - scope: plan
+    match: {plan: pro}
+    limits: [{name: s, rate: -1, per: 1s}]`, []string{"bad.yaml", "rules[0] (plan plan=pro)", "limits[0]", "rate -1"}},
+		{"bad period", `
+rules:
+  - scope: default
+    limits: [{name: s, rate: 1, per: fortnight}]`, []string{"bad.yaml", "period \"fortnight\""}},
+		{"unknown scope", `
+rules:
+  - scope: galaxy
+    limits: [{name: s, rate: 1, per: 1s}]`, []string{"rules[0]", "scope", "galaxy"}},
+		{"unknown field", `
+rules:
+  - scope: default
+    limit: [{name: s, rate: 1, per: 1s}]`, []string{"bad.yaml", "limit"}},
+		{"undeclared endpoint", `
+rules:
+  - scope: endpoint
+    match: {endpoint: login}
+    limits: [{name: s, rate: 1, per: 1s}]`, []string{"rules[0]", "match.endpoint", "login"}},
+		{"bad fail mode", `
+rules:
+  - scope: default
+    fail_mode: sideways
+    limits: [{name: s, rate: 1, per: 1s}]`, []string{"fail_mode", "sideways"}},
+		{"duplicate rule", `
+rules:
+  - scope: default
+    limits: [{name: s, rate: 1, per: 1s}]
+  - scope: default
+    limits: [{name: t, rate: 1, per: 1s}]`, []string{"rules[1]", "match", "already exists"}},
+		{"limit named twice", `
+rules:
+  - scope: default
+    limits: [{name: s, rate: 1, per: 1s}, {name: s, rate: 5, per: 1m}]`, []string{"limits[1].name", "twice"}},
+		{"no limits", `
+rules:
+  - scope: default
+    limits: []`, []string{"limits", "at least one"}},
+		{"key rule without key", `
+rules:
+  - scope: key
+    limits: [{name: s, rate: 1, per: 1s}]`, []string{"match", "one key"}},
+		{"plan of a key missing", `
+keys:
+  k1: {org: acme}
+rules:
+  - scope: default
+    limits: [{name: s, rate: 1, per: 1s}]`, []string{`keys["k1"]`, "plan"}},
+		{"name with a brace", `
+rules:
+  - scope: default
+    limits: [{name: "a}", rate: 1, per: 1s}]`, []string{"limits[0]", "braces"}},
+		{"sub-millisecond period", `
+rules:
+  - scope: default
+    limits: [{name: s, rate: 1, per: 1500us}]`, []string{"whole number of milliseconds"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := rules.Parse("bad.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("parsed without error, want one")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestFieldErrorIsTyped(t *testing.T) {
+	_, err := rules.Compile(rules.Document{Rules: []rules.Rule{{Scope: rules.ScopeDefault}}}, 1)
+	var fe *rules.FieldError
+	if !errors.As(err, &fe) || fe.Field != "limits" {
+		t.Fatalf("got %v, want a *FieldError on limits", err)
+	}
+}
+
+func TestHashIsStable(t *testing.T) {
+	a, b := mustLoad(t), mustLoad(t)
+	if a.Hash != b.Hash || len(a.Hash) != 64 {
+		t.Errorf("hashes %q and %q, want equal 64-hex-digit hashes", a.Hash, b.Hash)
+	}
+	doc := a.Document()
+	doc.Rules = doc.Rules[:len(doc.Rules)-1]
+	c, err := rules.Compile(doc, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Hash == a.Hash {
+		t.Error("a different rule set has the same hash")
+	}
+}
+
+func TestDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		out  string
+	}{
+		{"1s", time.Second, "1s"}, {"1m", time.Minute, "1m"}, {"90s", 90 * time.Second, "90s"},
+		{"1h", time.Hour, "1h"}, {"1d", 24 * time.Hour, "1d"}, {"250ms", 250 * time.Millisecond, "250ms"},
+	}
+	for _, tt := range tests {
+		d, err := rules.ParseDuration(tt.in)
+		if err != nil || time.Duration(d) != tt.want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", tt.in, time.Duration(d), err, tt.want)
+		}
+		if d.String() != tt.out {
+			t.Errorf("%v.String() = %q, want %q", tt.want, d.String(), tt.out)
+		}
+	}
+	for _, bad := range []string{"", "d", "0d", "-1d", "1x", "400d"} {
+		if _, err := rules.ParseDuration(bad); err == nil {
+			t.Errorf("ParseDuration(%q) succeeded, want an error", bad)
+		}
+	}
+}
