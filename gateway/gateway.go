@@ -1,0 +1,293 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// RuleSource hands out the rule set in force. Current is called once per
+// request and must be cheap and safe for concurrent use; it may return nil
+// while no rule set is known yet, and then requests pass unlimited.
+type RuleSource interface {
+	Current() *rules.Set
+}
+
+// StaticRules returns a RuleSource that always answers s.
+func StaticRules(s *rules.Set) RuleSource { return staticRules{s} }
+
+type staticRules struct{ s *rules.Set }
+
+func (r staticRules) Current() *rules.Set { return r.s }
+
+// Config configures a Limiter. The zero value is valid except for Rules.
+type Config struct {
+	// Store keeps the buckets. Nil means a new in-process store
+	// (memstore) reading time from Now. Wrap a store to add timeouts,
+	// breakers or local fallbacks: the Limiter only calls Take.
+	Store limit.Store
+	// Rules supplies the rule set for each request. Required; use
+	// StaticRules for a fixed set.
+	Rules RuleSource
+	// TrustedProxies are the networks of proxies in front of the gateway.
+	// Only a request whose TCP peer is inside one of them has its
+	// X-Forwarded-For read. Nil trusts nobody.
+	TrustedProxies []netip.Prefix
+	// Logger receives store errors and shadow refusals. Nil discards.
+	Logger *slog.Logger
+	// Registerer receives the Limiter's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+	// Now returns the time rules are resolved at (for expires_at) and, for
+	// the default store, the time buckets refill by. Nil means time.Now.
+	Now func() time.Time
+	// Timeout bounds each store call. Zero means no bound beyond the
+	// request's own context.
+	Timeout time.Duration
+	// OnDecision, if set, is called after every store call, enforced and
+	// shadow. The two calls of one request may run concurrently. It must
+	// not block and must not keep the Event's slices.
+	OnDecision func(Event)
+}
+
+// Event describes one store call of one request, for OnDecision.
+type Event struct {
+	// Request is the request being limited.
+	Request *http.Request
+	// Key is the store key: "k:" and the API key, or "ip:" and the client
+	// address, after "shadow:" for shadow limits.
+	Key string
+	// Endpoint is the matched endpoint's name, empty when none matched.
+	Endpoint string
+	// Shadow is true for the check of shadow-mode limits.
+	Shadow bool
+	// Limits are the limits checked, and Rules the rules they came from.
+	Limits []limit.Limit
+	Rules  []*rules.Rule
+	// Cost is the tokens the request asked for.
+	Cost int64
+	// Decision is the store's answer; meaningless when Err is set.
+	Decision limit.Decision
+	// Err is the store's error.
+	Err error
+	// Duration is how long the store call took.
+	Duration time.Duration
+}
+
+// Limiter is rate-limiting middleware. It is safe for concurrent use; the
+// rule source and store it was given are shared by every request.
+type Limiter struct {
+	store          limit.Store
+	rules          RuleSource
+	trustedProxies []netip.Prefix
+	log            *slog.Logger
+	metrics        *metrics
+	now            func() time.Time
+	timeout        time.Duration
+	onDecision     func(Event)
+}
+
+// New returns a Limiter for cfg.
+func New(cfg Config) (*Limiter, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("gateway: Config.Rules is nil; use StaticRules for a fixed rule set")
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("gateway: Config.Timeout %v is negative", cfg.Timeout)
+	}
+	l := &Limiter{
+		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, now: cfg.Now,
+		timeout: cfg.Timeout, onDecision: cfg.OnDecision,
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.store == nil {
+		l.store = memstore.New(memstore.Config{Now: l.now})
+	}
+	for i, p := range cfg.TrustedProxies {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("gateway: Config.TrustedProxies[%d] is not a valid prefix", i)
+		}
+		// Client addresses are unmapped before the check, so unmap the
+		// networks too.
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		l.trustedProxies = append(l.trustedProxies, p.Masked())
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	l.metrics = m
+	return l, nil
+}
+
+// Middleware returns a handler that limits each request and passes the
+// allowed ones to next. Refused requests get 429, requests with an
+// unusable API key 400, and requests under a fail_mode closed limit while
+// the store is failing 503, each with a problem document.
+func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := l.Check(w, r); err != nil {
+			WriteError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Check limits one request. It sets the caller's rate limit headers on w
+// and returns nil if the request may pass, or an *Error to answer with.
+// Middleware is Check followed by WriteError or the next handler.
+func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
+	start := time.Now()
+	defer func() { l.metrics.observe(time.Since(start)) }()
+
+	set := l.rules.Current()
+	if set == nil {
+		return nil
+	}
+	c, err := l.identify(r)
+	if err != nil {
+		return err
+	}
+	ep, _ := set.Endpoint(r.Method, r.URL.Path)
+	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name})
+
+	// Shadow limits live under their own keys, so they can be checked at
+	// the same time as the enforced ones without either seeing the other.
+	var wg sync.WaitGroup
+	if len(res.Shadow) > 0 {
+		wg.Go(func() { l.shadow(r, c, ep.Name, &res) })
+	}
+	defer wg.Wait()
+
+	if len(res.Limits) == 0 {
+		return nil
+	}
+	req := limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
+	d, err := l.take(r, &req, ep.Name, res.Rules, false)
+	if err != nil {
+		return l.storeFailed(r, &req, err)
+	}
+	lim := &res.Limits[d.Index]
+	setRateHeaders(w.Header(), lim, &d)
+	if d.Allowed {
+		l.metrics.decision(outcomeAllowed, lim.Name)
+		return nil
+	}
+	l.metrics.decision(outcomeRefused, lim.Name)
+	return refusal(lim, &d, req.EffectiveCost())
+}
+
+// take asks the store, under the configured timeout, and reports the call.
+func (l *Limiter) take(r *http.Request, req *limit.Request, endpoint string, rs []*rules.Rule, shadow bool) (limit.Decision, error) {
+	ctx := r.Context()
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	d, err := l.store.Take(ctx, req)
+	if err == nil && (d.Index < 0 || d.Index >= len(req.Limits)) {
+		err = fmt.Errorf("store answered for limit %d of %d", d.Index, len(req.Limits))
+	}
+	if l.onDecision != nil {
+		l.onDecision(Event{Request: r, Key: req.Key, Endpoint: endpoint, Shadow: shadow, Limits: req.Limits,
+			Rules: rs, Cost: req.EffectiveCost(), Decision: d, Err: err, Duration: time.Since(start)})
+	}
+	return d, err
+}
+
+// storeFailed decides a request the store could not: it passes, unless one
+// of its limits is a security limit that must fail closed.
+func (l *Limiter) storeFailed(r *http.Request, req *limit.Request, err error) error {
+	l.metrics.storeError()
+	l.metrics.decision(outcomeError, "")
+	for i := range req.Limits {
+		if lim := &req.Limits[i]; lim.FailClosed {
+			l.log.LogAttrs(r.Context(), slog.LevelError, "rate limit store failed; refusing under a fail-closed limit",
+				slog.String("limit", lim.Name), slog.Any("error", err))
+			e := newError(http.StatusServiceUnavailable,
+				fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
+			e.Problem.Limit = lim.Name
+			return e
+		}
+	}
+	l.log.LogAttrs(r.Context(), slog.LevelWarn, "rate limit store failed; letting the request through",
+		slog.Any("error", err))
+	return nil
+}
+
+// shadow checks the shadow-mode limits of a request and reports what they
+// would have done. It never refuses.
+func (l *Limiter) shadow(r *http.Request, c caller, endpoint string, res *rules.Resolution) {
+	req := limit.Request{Key: shadowPrefix + c.key, Cost: res.Cost, Limits: res.Shadow}
+	d, err := l.take(r, &req, endpoint, res.ShadowRules, true)
+	if err != nil {
+		l.metrics.storeError()
+		l.log.LogAttrs(r.Context(), slog.LevelWarn, "rate limit store failed on shadow limits", slog.Any("error", err))
+		return
+	}
+	lim := &res.Shadow[d.Index]
+	if d.Allowed {
+		l.metrics.decision(outcomeShadowAllowed, lim.Name)
+		return
+	}
+	l.metrics.decision(outcomeShadowRefused, lim.Name)
+	attrs := []slog.Attr{
+		slog.String("key", c.key), slog.String("limit", lim.Name), slog.String("endpoint", endpoint),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int64("retry_after_ms", retryAfter(lim, &d).Milliseconds()),
+	}
+	if d.Index < len(res.ShadowRules) && res.ShadowRules[d.Index] != nil {
+		attrs = append(attrs, slog.Any("rule", ruleAttrs(res.ShadowRules[d.Index])))
+	}
+	l.log.LogAttrs(r.Context(), slog.LevelInfo, "shadow rule would refuse", attrs...)
+}
+
+// ruleAttrs describes a rule in a log line.
+func ruleAttrs(rule *rules.Rule) slog.Value {
+	attrs := []slog.Attr{slog.String("scope", string(rule.Scope))}
+	for _, kv := range [][2]string{{"plan", rule.Match.Plan}, {"endpoint", rule.Match.Endpoint}, {"key", rule.Match.Key}, {"reason", rule.Reason}} {
+		if kv[1] != "" {
+			attrs = append(attrs, slog.String(kv[0], kv[1]))
+		}
+	}
+	if rule.ID != 0 {
+		attrs = append(attrs, slog.Int64("id", rule.ID))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// refusal is the 429 for a request limit l refused.
+func refusal(l *limit.Limit, d *limit.Decision, cost int64) *Error {
+	wait := retryAfter(l, d)
+	detail := fmt.Sprintf("limit %q (%d per %v) is used up; retry in %d ms",
+		l.Name, l.Count, rules.Duration(l.Period), max(wait.Milliseconds(), 1))
+	if d.RetryAfter == limit.Never {
+		detail = fmt.Sprintf("this request costs %d tokens, more than the %d that limit %q ever holds; it cannot pass",
+			cost, l.EffectiveBurst(), l.Name)
+	}
+	return &Error{Problem: Problem{
+		Type: QuotaExceeded, Title: "Too Many Requests: quota exceeded", Status: http.StatusTooManyRequests,
+		Detail: detail, Limit: l.Name, ViolatedPolicies: []string{l.Name},
+		RetryAfterMillis: max(wait.Milliseconds(), 1),
+	}}
+}

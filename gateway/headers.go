@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// quota describes a limit the way the RateLimit-Policy field does: q units
+// per window of w seconds. A bucket's quota is its burst, and its window
+// the time an empty bucket takes to fill, so the remaining count never
+// exceeds the quota and the long-run rate is q/w. A window algorithm's
+// quota is its count per period.
+func quota(l *limit.Limit) (q, w int64) {
+	p := l.PeriodMillis()
+	switch l.Alg() {
+	case limit.TokenBucket, limit.GCRA:
+		q = l.EffectiveBurst()
+		return q, max(ceilDiv(q*p, l.Count*1000), 1)
+	}
+	return l.Count, max(ceilDiv(p, 1000), 1)
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return ceilDiv(int64(d), int64(time.Second))
+}
+
+// retryAfter is how long a refused request should wait: the decision's
+// wait, or for a request that can never pass, the limit's period, so a
+// client that retries blindly still backs off.
+func retryAfter(l *limit.Limit, d *limit.Decision) time.Duration {
+	if d.RetryAfter == limit.Never || d.RetryAfter < 0 {
+		return l.Period
+	}
+	return d.RetryAfter
+}
+
+// setRateHeaders writes the caller's budget under limit l into h: the
+// draft's RateLimit-Policy and RateLimit structured fields and the common
+// X-RateLimit-* fields, and Retry-After when the request was refused.
+func setRateHeaders(h http.Header, l *limit.Limit, d *limit.Decision) {
+	q, w := quota(l)
+	r := max(d.Remaining, 0)
+	t := ceilSeconds(d.ResetAfter)
+	name := sfString(l.Name)
+
+	buf := make([]byte, 0, 64)
+	buf = append(buf, name...)
+	buf = append(buf, ";q="...)
+	buf = strconv.AppendInt(buf, q, 10)
+	buf = append(buf, ";w="...)
+	buf = strconv.AppendInt(buf, w, 10)
+	h["Ratelimit-Policy"] = []string{string(buf)}
+
+	buf = append(buf[:0], name...)
+	buf = append(buf, ";r="...)
+	buf = strconv.AppendInt(buf, r, 10)
+	buf = append(buf, ";t="...)
+	buf = strconv.AppendInt(buf, t, 10)
+	h["Ratelimit"] = []string{string(buf)}
+
+	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(q, 10)}
+	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(r, 10)}
+	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
+	if !d.Allowed {
+		h["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(retryAfter(l, d)), 1), 10)}
+	}
+}
+
+// rateHeaders are the fields setRateHeaders writes, which the proxy drops
+// from upstream responses so a client sees only the gateway's account of
+// its budget.
+var rateHeaders = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+
+// sfString quotes s as a structured-field String (RFC 9651): limit names
+// are printable ASCII, so only quote and backslash need escaping.
+func sfString(s string) string {
+	out := make([]byte, 0, len(s)+2)
+	out = append(out, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			out = append(out, '\\')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '"'))
+}

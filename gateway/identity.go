@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// Key prefixes keep the kinds of caller apart in the store: an API key can
+// never name the same bucket as a client address, and shadow rules never
+// spend an enforced rule's tokens.
+const (
+	keyPrefix    = "k:"
+	addrPrefix   = "ip:"
+	shadowPrefix = "shadow:"
+)
+
+// caller is who a request is limited as.
+type caller struct {
+	// apiKey is the API key, empty for a request without one.
+	apiKey string
+	// key is the store key: the kind prefix and the API key or address.
+	key string
+}
+
+// identify finds the caller of r: its API key, else its client address.
+func (l *Limiter) identify(r *http.Request) (caller, error) {
+	k, err := apiKey(r.Header)
+	if err != nil {
+		return caller{}, err
+	}
+	if k != "" {
+		return caller{apiKey: k, key: keyPrefix + k}, nil
+	}
+	return caller{key: addrPrefix + l.clientAddr(r)}, nil
+}
+
+// apiKey returns the key in X-API-Key or in an Authorization: Bearer
+// header, X-API-Key first. A key no rules file could hold is a 400 rather
+// than a new bucket per variant.
+func apiKey(h http.Header) (string, error) {
+	k := h.Get("X-API-Key")
+	from := "X-API-Key"
+	if k == "" {
+		auth := h.Get("Authorization")
+		if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+			k = strings.TrimLeft(auth[7:], " ")
+			from = "Authorization"
+		}
+	}
+	if k == "" {
+		return "", nil
+	}
+	if len(k) > rules.MaxKeyLen {
+		return "", newError(http.StatusBadRequest,
+			fmt.Sprintf("the API key in %s is %d bytes, longer than %d", from, len(k), rules.MaxKeyLen), nil)
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c == 0x7f {
+			return "", newError(http.StatusBadRequest,
+				fmt.Sprintf("the API key in %s holds control character 0x%02x at byte %d", from, c, i), nil)
+		}
+	}
+	return k, nil
+}
+
+// clientAddr returns the address a request without an API key is limited
+// by: the TCP peer, or when the peer is a trusted proxy the rightmost
+// X-Forwarded-For address that is not itself a trusted proxy. IPv6 clients
+// are grouped by their /64, which is what one subscriber usually holds.
+func (l *Limiter) clientAddr(r *http.Request) string {
+	peer, ok := parseAddr(r.RemoteAddr)
+	if !ok {
+		return "unknown"
+	}
+	if l.trusted(peer) {
+		peer = l.forwardedFor(r.Header, peer)
+	}
+	if peer.Is6() {
+		p, err := peer.Prefix(64)
+		if err == nil {
+			return p.String()
+		}
+	}
+	return peer.String()
+}
+
+// forwardedFor walks X-Forwarded-For from the right, starting from a
+// trusted peer, and returns the first address not in the trusted list. An
+// entry that is not an address ends the walk: the hop before it, which is
+// trusted, is the best we know.
+func (l *Limiter) forwardedFor(h http.Header, peer netip.Addr) netip.Addr {
+	values := h.Values("X-Forwarded-For")
+	for i := len(values) - 1; i >= 0; i-- {
+		v := values[i]
+		for v != "" {
+			var hop string
+			if j := strings.LastIndexByte(v, ','); j >= 0 {
+				hop, v = v[j+1:], v[:j]
+			} else {
+				hop, v = v, ""
+			}
+			a, ok := parseAddr(strings.TrimSpace(hop))
+			if !ok {
+				return peer
+			}
+			peer = a
+			if !l.trusted(a) {
+				return a
+			}
+		}
+	}
+	return peer
+}
+
+func (l *Limiter) trusted(a netip.Addr) bool {
+	for _, p := range l.trustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseAddr reads "addr", "addr:port", "[v6]:port" or "[v6]", dropping any
+// zone and unmapping IPv4-in-IPv6.
+func parseAddr(s string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().WithZone("").Unmap(), true
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.WithZone("").Unmap(), true
+}

@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+)
+
+// MaxHeaderBytes bounds the request headers NewServer's servers read; a
+// request with more gets 431 Request Header Fields Too Large from net/http
+// before any handler runs.
+const MaxHeaderBytes = 64 << 10
+
+// NewProxy returns a reverse proxy to upstream. The upstream sees the
+// inbound X-Forwarded-For chain with the gateway's peer appended, and
+// X-Forwarded-Host and -Proto; its own rate limit headers are dropped so a
+// client only ever sees the gateway's account of its budget. An upstream
+// that cannot be reached is a 502 problem document. logger may be nil.
+func NewProxy(upstream *url.URL, logger *slog.Logger) *httputil.ReverseProxy {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			// Rewrite drops the inbound chain; keep it, as a Director
+			// would, and let SetXForwarded append this hop.
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			pr.SetXForwarded()
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			for _, h := range rateHeaders {
+				resp.Header.Del(h)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				// The client went away; there is nobody to answer.
+				return
+			}
+			logger.LogAttrs(r.Context(), slog.LevelError, "upstream request failed",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+			WriteError(w, newError(http.StatusBadGateway, "the upstream service could not be reached", err))
+		},
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// NewServer returns an http.Server for h with limits fit for the public
+// side of a gateway: headers capped at MaxHeaderBytes, and timeouts so a
+// slow client cannot hold a connection forever. logger may be nil.
+func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:           h,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve serves srv on ln until ctx is done, then stops accepting and waits
+// up to grace for the requests in flight to finish. It returns nil after a
+// clean shutdown, or the error that stopped the server or the shutdown.
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("gateway: shut down %s within %v: %w", ln.Addr(), grace, err)
+	}
+	return nil
+}
+
+// Health returns a handler that reports the gateway is serving, with the
+// hash and version of the rule set in force; 503 while there is none.
+func Health(src RuleSource) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Status       string `json:"status"`
+			RulesHash    string `json:"rules_hash,omitempty"`
+			RulesVersion int64  `json:"rules_version,omitempty"`
+		}
+		body.Status = "ok"
+		status := http.StatusOK
+		if set := src.Current(); set == nil {
+			body.Status, status = "no rules", http.StatusServiceUnavailable
+		} else {
+			body.RulesHash, body.RulesVersion = set.Hash, set.Version
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(body)
+	})
+}
