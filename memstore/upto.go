@@ -1,0 +1,56 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// TakeUpTo takes as many tokens as every limit of req can spare, at least
+// req's cost and at most want, and reports how many it took. It is how a
+// token lease draws a batch: one call either takes between cost and want
+// tokens from every limit, or takes nothing and answers with the refusal of
+// a request of req's cost.
+//
+// When granted is positive, d describes the limits after the take of
+// granted tokens. When granted is zero, d is the refusal Take would have
+// given req. A want below the cost means the cost. Concurrent callers never
+// take more than the limits hold, though under contention a call may be
+// granted less than the most that was free at some instant.
+func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
+	if err := req.Validate(); err != nil {
+		return 0, limit.Decision{}, err
+	}
+	if want < 1 {
+		return 0, limit.Decision{}, fmt.Errorf("memstore: want %d tokens: must be at least 1", want)
+	}
+	granted, d = s.TakeUpToAt(s.now().UnixMilli(), req, want)
+	return granted, d, nil
+}
+
+// TakeUpToAt is TakeUpTo at an explicit time in Unix milliseconds. req must
+// be valid.
+//
+// Each step is one atomic TakeAt at the same instant: a refusal takes
+// nothing and names how many tokens its limit holds, so the next, smaller
+// attempt either fits every limit or names a tighter one. The attempts
+// shrink on every step, so there are at most about as many as limits.
+func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, limit.Decision) {
+	cost := req.EffectiveCost()
+	try := *req
+	try.Cost = max(want, cost)
+	for try.Cost > cost {
+		d := s.TakeAt(now, &try)
+		if d.Allowed {
+			return try.Cost, d
+		}
+		try.Cost = min(try.Cost-1, d.Remaining)
+	}
+	try.Cost = cost
+	d := s.TakeAt(now, &try)
+	if !d.Allowed {
+		return 0, d
+	}
+	return cost, d
+}

@@ -1,0 +1,52 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/lease/leasetest"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
+)
+
+func TestTakeUpToConformance(t *testing.T) {
+	leasetest.Run(t, func(t *testing.T, now func() time.Time) leasetest.Granter {
+		return memstore.New(memstore.Config{Now: now})
+	})
+}
+
+func TestTakeUpToRejects(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	ok := []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}
+	for _, tc := range []struct {
+		name string
+		req  limit.Request
+		want int64
+	}{
+		{"no limits", limit.Request{Key: "k"}, 1},
+		{"negative cost", limit.Request{Key: "k", Cost: -1, Limits: ok}, 1},
+		{"want zero", limit.Request{Key: "k", Limits: ok}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _, err := s.TakeUpTo(context.Background(), &tc.req, tc.want)
+			if err == nil || g != 0 {
+				t.Errorf("got granted %d, error %v; want 0 and an error", g, err)
+			}
+		})
+	}
+}
+
+func ExampleStore_TakeUpTo() {
+	s := memstore.New(memstore.Config{})
+	req := &limit.Request{Key: "k:alice", Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}}
+	for range 3 {
+		granted, d, _ := s.TakeUpTo(context.Background(), req, 4)
+		fmt.Println("granted", granted, "remaining", d.Remaining)
+	}
+	// Output:
+	// granted 4 remaining 6
+	// granted 4 remaining 2
+	// granted 2 remaining 0
+}
