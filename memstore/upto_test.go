@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/lease/leasetest"
+	"github.com/sluice-rl/sluice/internal/lease/leasetest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 )
