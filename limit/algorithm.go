@@ -9,15 +9,29 @@ import (
 // store holds it in memory; the Redis script keeps the same integers in a
 // Redis value, so both stores compute the same answers.
 //
-// The meaning of the fields depends on the algorithm:
+// The meaning of the fields depends on the algorithm (times are Unix
+// milliseconds, "period" is the limit's Period in milliseconds):
 //
-//	token_bucket   A = credits (tokens × period in ms), B = time of last take
+//	token_bucket    A = credits (tokens × period), B = time of the last take
+//	gcra            A = theoretical arrival time, in units of 1/u ms where
+//	                u = Count / gcd(Count, period): the time at which the
+//	                bucket would be full again, so A ≤ now·u means full
+//	sliding_window  A = start of the current window, B = tokens taken in it,
+//	                C = tokens taken in the window before it
+//	fixed_window    A = start of the current window, B = tokens taken in it
+//	sliding_log     Log = one entry per admitted token, its admission time,
+//	                oldest first; at most Count entries
+//
+// A state never needs a clock to be read: a window's start is stored with
+// its counters, so a state kept past its TTL reads the same as a dropped one.
 type State struct {
 	// Exists is false for a key that was never seen or has been dropped: a
 	// missing state is a full bucket or an empty window.
 	Exists  bool
 	A, B, C int64
 	// Log holds the admission times of the sliding log, oldest first.
+	// Evaluate never modifies it and never returns an Outcome whose
+	// Next.Log shares its memory, so a store may keep it without copying.
 	Log []int64
 }
 
@@ -42,12 +56,23 @@ type Outcome struct {
 }
 
 // Evaluate checks one limit, in state s, for a request of cost tokens at now
-// (Unix milliseconds). It does not modify s. l must be valid and cost
-// positive.
+// (Unix milliseconds). It does not modify s or the memory s points to. l must
+// be valid and cost positive. Answers are exact integers, equal to the Redis
+// script's, for now from 0 to 2^42 (the year 2109). The window algorithms
+// and the sliding log read a clock that has stepped back as standing still
+// at the newest time their state records.
 func Evaluate(l *Limit, s *State, now, cost int64) Outcome {
 	switch l.Alg() {
 	case TokenBucket:
 		return tokenBucket(l, s, now, cost)
+	case GCRA:
+		return gcra(l, s, now, cost)
+	case SlidingWindow:
+		return slidingWindow(l, s, now, cost)
+	case FixedWindow:
+		return fixedWindow(l, s, now, cost)
+	case SlidingLog:
+		return slidingLog(l, s, now, cost)
 	}
 	// Validate refuses unknown algorithms, so this is a programming error in
 	// the caller; answer with a refusal rather than a panic.
@@ -57,7 +82,7 @@ func Evaluate(l *Limit, s *State, now, cost int64) Outcome {
 // implemented reports whether Evaluate knows the algorithm.
 func implemented(a Algorithm) bool {
 	switch a {
-	case TokenBucket:
+	case TokenBucket, GCRA, SlidingWindow, FixedWindow, SlidingLog:
 		return true
 	}
 	return false
@@ -65,6 +90,17 @@ func implemented(a Algorithm) bool {
 
 // ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// floorDiv returns ⌊a/b⌋ for b > 0 and any a: Go's / truncates towards
+// zero, Lua's math.floor does not, and window starts must agree for times
+// before the epoch too.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
 
 // tokenBucket keeps credits instead of fractional tokens: one token is
 // period-in-ms credits and the bucket gains Count credits every millisecond.
@@ -143,7 +179,11 @@ func waitsLonger(a, b int64) bool {
 	return a < 0 || a > b
 }
 
-// String describes the limit the way the rules file writes it.
+// String describes the limit the way the rules file writes it. Window
+// algorithms have no burst to show.
 func (l Limit) String() string {
+	if l.Alg().windowed() {
+		return fmt.Sprintf("%s: %d per %v, %s", l.Name, l.Count, l.Period, l.Alg())
+	}
 	return fmt.Sprintf("%s: %d per %v, burst %d, %s", l.Name, l.Count, l.Period, l.EffectiveBurst(), l.Alg())
 }

@@ -63,13 +63,27 @@ type Limit struct {
 	FailClosed bool
 }
 
-// EffectiveBurst reports the bucket size: Burst, or Count when Burst is zero.
+// EffectiveBurst reports the most tokens the limit holds at once, and so
+// the largest cost it can ever allow: for the token bucket and GCRA, Burst,
+// or Count when Burst is zero; for the window algorithms, which ignore
+// Burst, Count.
 func (l *Limit) EffectiveBurst() int64 {
-	if l.Burst > 0 {
+	if l.Burst > 0 && !l.Alg().windowed() {
 		return l.Burst
 	}
 	return l.Count
 }
+
+// windowed reports whether a counts tokens per window of Period, with Count
+// as its capacity, rather than refilling a bucket.
+func (a Algorithm) windowed() bool {
+	return a == SlidingWindow || a == FixedWindow || a == SlidingLog
+}
+
+// MaxLogCount is the largest Count a sliding_log limit may have: the log
+// keeps one entry per token, and the Redis script reads them all on every
+// request, so a larger log would cost more than it is worth.
+const MaxLogCount = 10000
 
 // Alg reports the algorithm, resolving the empty default to TokenBucket.
 func (l *Limit) Alg() Algorithm {
@@ -112,6 +126,21 @@ func (l *Limit) Validate() error {
 	}
 	if l.Count > math.MaxInt64/l.PeriodMillis() || l.Count*l.PeriodMillis() >= maxExact {
 		return fmt.Errorf("limit %q: rate %d times period %dms is too large to count exactly", l.Name, l.Count, l.PeriodMillis())
+	}
+	switch l.Alg() {
+	case GCRA:
+		// GCRA's timestamp is the time in units of 1/perMs ms plus at most
+		// the burst's worth of units; it must stay exact until the horizon.
+		perMs, perToken := gcraUnits(l)
+		if perMs > (maxExact-l.EffectiveBurst()*perToken)/horizon {
+			return fmt.Errorf("limit %q: gcra at %d per %dms counts time in 1/%d ms, too fine to stay exact until 2109 "+
+				"(use token_bucket, or a rate that divides the period more evenly)", l.Name, l.Count, l.PeriodMillis(), perMs)
+		}
+	case SlidingLog:
+		if l.Count > MaxLogCount {
+			return fmt.Errorf("limit %q: sliding_log keeps one entry per token, and rate %d is more than %d entries "+
+				"(use sliding_window)", l.Name, l.Count, MaxLogCount)
+		}
 	}
 	return nil
 }
