@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-rl/sluice/gateway"
+)
+
+// gatewayOptions are the gateway's command-line flags.
+type gatewayOptions struct {
+	Listen          string
+	Upstream        string // empty: the built-in answer
+	Rules           string // a rules file
+	RulesURL        string // the rules service
+	RulesCache      string // where the last snapshot from RulesURL is kept
+	Redis           []string
+	MetricsListen   string
+	TrustedProxies  []netip.Prefix
+	StoreTimeout    time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        slog.Level
+}
+
+// parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
+// flag set has printed them.
+func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) {
+	opts := gatewayOptions{Listen: defaultListen, ShutdownTimeout: defaultShutdownTimeout}
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice gateway [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Runs the rate-limiting gateway. With no flags: the built-in demo rules, an")
+		fmt.Fprintln(stderr, "in-process store and a built-in answer on "+defaultListen+".")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve the API on")
+	fs.StringVar(&opts.Upstream, "upstream", "", "`URL` of the API to proxy to; empty answers every allowed request with a small JSON")
+	fs.StringVar(&opts.Rules, "rules", "", "rules `file` (YAML); empty uses the built-in demo rules")
+	fs.StringVar(&opts.RulesURL, "rules-url", "", "`URL` of the rules service to take rules from instead of a file")
+	fs.StringVar(&opts.RulesCache, "rules-cache", "", "`file` keeping the last rules from --rules-url, for starts while the service is down")
+	fs.Func("redis", "Redis `address`es, comma-separated: one standalone server, or seeds of a Redis Cluster; empty keeps counts in process", func(s string) error {
+		opts.Redis = nil
+		for a := range strings.SplitSeq(s, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				opts.Redis = append(opts.Redis, a)
+			}
+		}
+		if len(opts.Redis) == 0 {
+			return fmt.Errorf("no address in %q", s)
+		}
+		return nil
+	})
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "`address` to serve /metrics and /healthz on; empty serves no metrics")
+	fs.Func("trusted-proxy", "`CIDR`s, comma-separated, of proxies whose X-Forwarded-For is believed", func(s string) error {
+		opts.TrustedProxies = nil
+		for c := range strings.SplitSeq(s, ",") {
+			if c = strings.TrimSpace(c); c == "" {
+				continue
+			}
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				a, aerr := netip.ParseAddr(c)
+				if aerr != nil {
+					return fmt.Errorf("%q is not a CIDR or an address", c)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			opts.TrustedProxies = append(opts.TrustedProxies, p)
+		}
+		return nil
+	})
+	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); 0 for none")
+	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
+	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return opts, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return opts, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return opts, nil
+}
+
+// runGateway runs the gateway until ctx is done, then shuts it down.
+func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	opts, err := parseGatewayFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if opts.Rules != "" && opts.RulesURL != "" {
+		return fmt.Errorf("--rules and --rules-url are both set; choose one")
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
+
+	var next http.Handler = http.HandlerFunc(builtinAnswer)
+	if opts.Upstream != "" {
+		u, err := url.Parse(opts.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--upstream %q: want an http or https URL with a host", opts.Upstream)
+		}
+		next = gateway.NewProxy(u, logger)
+	}
+	src, err := newRuleSource(ctx, opts, logger)
+	if err != nil {
+		return err
+	}
+	store, closeStore, err := newStore(ctx, opts, logger)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	lim, err := gateway.New(gateway.Config{
+		Store: store, Rules: src, TrustedProxies: opts.TrustedProxies,
+		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	health := gateway.Health(src)
+	limited := lim.Middleware(next)
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Not a ServeMux: it would redirect unclean paths the upstream
+		// should see as they are.
+		if r.URL.Path == "/healthz" {
+			health.ServeHTTP(w, r)
+			return
+		}
+		limited.ServeHTTP(w, r)
+	})
+
+	type server struct {
+		srv *http.Server
+		ln  net.Listener
+	}
+	var servers []server
+	defer func() {
+		for _, s := range servers {
+			s.ln.Close()
+		}
+	}()
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	servers = append(servers, server{gateway.NewServer(api, logger), ln})
+	if opts.MetricsListen != "" {
+		mln, err := net.Listen("tcp", opts.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+		mux.Handle("/healthz", health)
+		servers = append(servers, server{gateway.NewServer(mux, logger), mln})
+		fmt.Fprintf(stdout, "sluice gateway: metrics on http://%s/metrics\n", mln.Addr())
+	}
+	upstream := opts.Upstream
+	if upstream == "" {
+		upstream = "built-in answer"
+	}
+	fmt.Fprintf(stdout, "sluice gateway: listening on http://%s (upstream: %s)\n", ln.Addr(), upstream)
+	logger.LogAttrs(ctx, slog.LevelInfo, "gateway listening", slog.String("addr", ln.Addr().String()),
+		slog.String("upstream", upstream), slog.Int("redis_addrs", len(opts.Redis)))
+
+	// Both servers stop when ctx is done or when either fails.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() {
+			err := gateway.Serve(ctx, s.srv, s.ln, opts.ShutdownTimeout)
+			cancel()
+			errc <- err
+		}()
+	}
+	var first error
+	for range servers {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	servers = nil // Serve has closed the listeners.
+	if first == nil {
+		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "gateway stopped")
+	}
+	return first
+}
+
+// builtinAnswer is what an allowed request gets when there is no
+// --upstream: a small JSON saying it passed.
+func builtinAnswer(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(struct {
+		Message string `json:"message"`
+		Method  string `json:"method"`
+		Path    string `json:"path"`
+	}{"allowed by sluice; run with --upstream URL to proxy to your API", r.Method, r.URL.Path})
+}

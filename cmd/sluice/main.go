@@ -1,0 +1,93 @@
+// Command sluice runs the sluice rate limiter.
+//
+// Usage:
+//
+//	sluice gateway [flags]   run the rate-limiting gateway
+//	sluice plan [flags]      size a deployment from traffic figures
+//
+// Run "sluice COMMAND -h" for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand: it returns nil on success, and an error that
+// run prints otherwise.
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"gateway", "run the rate-limiting gateway (in front of --upstream, or a built-in answer)", runGateway},
+		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+			return runPlan(args, stdout, stderr)
+		}},
+	}
+}
+
+// run runs the subcommand args names and returns the process's exit code:
+// 0 on success, 1 when the command failed, 2 for a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		var ue usageError
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ue):
+			// The flag package has already printed the problem and usage.
+			return 2
+		}
+		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sluice COMMAND [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `Run "sluice COMMAND -h" for a command's flags.`)
+}
+
+// usageError is a command-line mistake the flag package has reported.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
