@@ -1,0 +1,82 @@
+package guard
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the guard's Prometheus collectors. A nil *metrics counts
+// nothing.
+type metrics struct {
+	state     *prometheus.GaugeVec
+	opened    *prometheus.CounterVec
+	timeouts  *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	fallbacks *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: "guard", Name: "breaker_state",
+			Help: "Circuit breaker state per shared-store shard: 0 closed, 1 half-open (probing), 2 open (limits enforced locally).",
+		}, []string{"shard"}),
+		opened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "guard", Name: "breaker_opened_total",
+			Help: "Times a shard's breaker opened after consecutive failures or a failed probe.",
+		}, []string{"shard"}),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "guard", Name: "store_timeouts_total",
+			Help: "Shared-store calls that ran past the guard's deadline, per shard.",
+		}, []string{"shard"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "guard", Name: "store_failures_total",
+			Help: "Shared-store calls that failed for any reason (timeouts included), per shard.",
+		}, []string{"shard"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "guard", Name: "fallback_decisions_total",
+			Help: "Decisions made without the shared store: source local-fallback (allowed or refused by the gateway's own share of the limit) or fail-closed (refused).",
+		}, []string{"source", "outcome"}),
+	}
+	for _, c := range []prometheus.Collector{m.state, m.opened, m.timeouts, m.errors, m.fallbacks} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("guard: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) transition(shard string, to State) {
+	if m == nil {
+		return
+	}
+	m.state.WithLabelValues(shard).Set(float64(to))
+	if to == Open {
+		m.opened.WithLabelValues(shard).Inc()
+	}
+}
+
+func (m *metrics) failure(shard string, timeout bool) {
+	if m == nil {
+		return
+	}
+	m.errors.WithLabelValues(shard).Inc()
+	if timeout {
+		m.timeouts.WithLabelValues(shard).Inc()
+	}
+}
+
+func (m *metrics) fallback(src Source, allowed bool) {
+	if m == nil {
+		return
+	}
+	outcome := "refused"
+	if allowed {
+		outcome = "allowed"
+	}
+	m.fallbacks.WithLabelValues(string(src), outcome).Inc()
+}
