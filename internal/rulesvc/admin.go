@@ -1,0 +1,589 @@
+package rulesvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// AdminPrefix is where the admin API lives.
+const AdminPrefix = "/admin/v1"
+
+func (s *Service) adminRoutes(mux *http.ServeMux) {
+	route := func(method, path string, need Role, h func(w http.ResponseWriter, r *http.Request, who string) error) {
+		mux.Handle(method+" "+AdminPrefix+path, s.authorized(need, h))
+	}
+	route("GET", "/rules", RoleRead, s.listRules)
+	route("POST", "/rules", RoleWrite, s.createRule)
+	route("POST", "/rules/validate", RoleRead, s.validateRule)
+	route("GET", "/rules/{id}", RoleRead, s.getRule)
+	route("PUT", "/rules/{id}", RoleWrite, s.replaceRule)
+	route("DELETE", "/rules/{id}", RoleWrite, s.deleteRule)
+	route("GET", "/keys/{key}", RoleRead, s.getKey)
+	route("PUT", "/keys/{key}", RoleWrite, s.putKey)
+	route("DELETE", "/keys/{key}", RoleWrite, s.deleteKey)
+	route("GET", "/endpoints", RoleRead, s.listEndpoints)
+	route("PUT", "/endpoints/{name}", RoleWrite, s.putEndpoint)
+	route("DELETE", "/endpoints/{name}", RoleWrite, s.deleteEndpoint)
+	route("GET", "/overrides", RoleRead, s.listOverrides)
+	route("PUT", "/overrides/{key}", RoleWrite, s.putOverride)
+	route("DELETE", "/overrides/{key}", RoleWrite, s.deleteOverride)
+	route("GET", "/audit", RoleRead, s.listAudit)
+	route("GET", "/shadow", RoleRead, s.shadowReport)
+	route("GET", "/rollout", RoleRead, s.rollout)
+	route("GET", "/fleet", RoleRead, s.fleet)
+	mux.HandleFunc(AdminPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("no admin endpoint %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// RuleView is a stored rule as the admin API shows it.
+type RuleView struct {
+	rules.Rule
+	// Override is true for an emergency override.
+	Override bool `json:"override"`
+	// Version is the snapshot that last changed the rule.
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// changed is the answer to a successful change.
+type changed struct {
+	Snapshot Published `json:"snapshot"`
+	After    any       `json:"after,omitempty"`
+}
+
+func readRule(ctx context.Context, q querier, id int64) (*RuleView, error) {
+	var v RuleView
+	row := q.QueryRow(ctx, "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules WHERE id = $1", id)
+	r, override, err := scanRule(row, &v.Version, &v.CreatedAt, &v.UpdatedAt)
+	if isNoRows(err) {
+		return nil, notFound("no rule %d", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read rule %d: %w", id, err)
+	}
+	v.Rule, v.Override = r, override
+	return &v, nil
+}
+
+func (s *Service) listRules(w http.ResponseWriter, r *http.Request, _ string) error {
+	return s.writeRules(w, r, "")
+}
+
+func (s *Service) listOverrides(w http.ResponseWriter, r *http.Request, _ string) error {
+	return s.writeRules(w, r, "WHERE override")
+}
+
+func (s *Service) writeRules(w http.ResponseWriter, r *http.Request, where string) error {
+	rows, err := s.pool.Query(r.Context(), "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules "+where+" ORDER BY id")
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	views, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RuleView, error) {
+		var v RuleView
+		var err error
+		v.Rule, v.Override, err = scanRule(row, &v.Version, &v.CreatedAt, &v.UpdatedAt)
+		return v, err
+	})
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rules": views})
+	return nil
+}
+
+func ruleID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badRequest("id", "%q is not a rule ID", r.PathValue("id"))
+	}
+	return id, nil
+}
+
+func (s *Service) getRule(w http.ResponseWriter, r *http.Request, _ string) error {
+	id, err := ruleID(r)
+	if err != nil {
+		return err
+	}
+	v, err := readRule(r.Context(), s.pool, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// decodeRule reads a rule from the body and checks what the rule set's
+// compilation cannot: the ID and whether it has already expired.
+func decodeRule(r *http.Request, id int64) (rules.Rule, error) {
+	var rule rules.Rule
+	if err := decode(r, &rule); err != nil {
+		return rule, err
+	}
+	if rule.ID != 0 && rule.ID != id {
+		return rule, badRequest("id", "is assigned by the service; %d does not match the path", rule.ID)
+	}
+	if !rule.ExpiresAt.IsZero() && !rule.ExpiresAt.After(time.Now()) {
+		return rule, badRequest("expires_at", "%s is in the past", rule.ExpiresAt.Format(time.RFC3339))
+	}
+	return rule, nil
+}
+
+func insertRule(ctx context.Context, tx pgx.Tx, rule rules.Rule, override bool) (int64, error) {
+	match, lims, expires, mode, failMode, err := ruleFields(rule)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = tx.QueryRow(ctx, `INSERT INTO rules (scope, match, limits, mode, fail_mode, expires_at, reason, override, version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0) RETURNING id`,
+		rule.Scope, match, lims, mode, failMode, expires, rule.Reason, override).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("insert rule: %w", err)
+	}
+	return id, nil
+}
+
+func ruleFields(rule rules.Rule) (match, lims []byte, expires *time.Time, mode, failMode string, err error) {
+	if match, err = json.Marshal(rule.Match); err != nil {
+		return
+	}
+	if lims, err = json.Marshal(rule.Limits); err != nil {
+		return
+	}
+	if !rule.ExpiresAt.IsZero() {
+		t := rule.ExpiresAt.UTC()
+		expires = &t
+	}
+	mode, failMode = string(rule.Mode), string(rule.FailMode)
+	if mode == "" {
+		mode = string(rules.Enforce)
+	}
+	if failMode == "" {
+		failMode = string(rules.FailOpen)
+	}
+	return match, lims, expires, mode, failMode, nil
+}
+
+func (s *Service) createRule(w http.ResponseWriter, r *http.Request, who string) error {
+	rule, err := decodeRule(r, 0)
+	if err != nil {
+		return err
+	}
+	out, pub, err := s.commit(r.Context(), change{who: who, action: "rule.create",
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			id, err := insertRule(ctx, tx, rule, false)
+			return outcome{target: fmt.Sprintf("rules/%d", id), ruleID: id, created: true}, err
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, changed{Snapshot: pub, After: out.after})
+	return nil
+}
+
+// replaceApply is the change PUT /rules/{id} makes, shared with validate.
+func replaceApply(id int64, rule rules.Rule) func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+	return func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+		before, err := readRule(ctx, tx, id)
+		if err != nil {
+			return outcome{}, err
+		}
+		if before.Override {
+			return outcome{}, &apiError{status: http.StatusConflict, field: "id",
+				msg: fmt.Sprintf("rule %d is an emergency override: change it through %s/overrides/%s", id, AdminPrefix, before.Match.Key)}
+		}
+		match, lims, expires, mode, failMode, err := ruleFields(rule)
+		if err != nil {
+			return outcome{}, err
+		}
+		_, err = tx.Exec(ctx, `UPDATE rules SET scope = $1, match = $2, limits = $3, mode = $4, fail_mode = $5,
+			expires_at = $6, reason = $7 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id)
+		if err != nil {
+			return outcome{}, fmt.Errorf("update rule %d: %w", id, err)
+		}
+		return outcome{target: fmt.Sprintf("rules/%d", id), ruleID: id, before: before}, nil
+	}
+}
+
+func (s *Service) replaceRule(w http.ResponseWriter, r *http.Request, who string) error {
+	id, err := ruleID(r)
+	if err != nil {
+		return err
+	}
+	rule, err := decodeRule(r, id)
+	if err != nil {
+		return err
+	}
+	out, pub, err := s.commit(r.Context(), change{who: who, action: "rule.replace", apply: replaceApply(id, rule)})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: out.after})
+	return nil
+}
+
+func (s *Service) deleteRule(w http.ResponseWriter, r *http.Request, who string) error {
+	id, err := ruleID(r)
+	if err != nil {
+		return err
+	}
+	_, pub, err := s.commit(r.Context(), change{who: who, action: "rule.delete",
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			before, err := readRule(ctx, tx, id)
+			if err != nil {
+				return outcome{}, err
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM rules WHERE id = $1", id); err != nil {
+				return outcome{}, fmt.Errorf("delete rule %d: %w", id, err)
+			}
+			return outcome{target: fmt.Sprintf("rules/%d", id), before: before}, nil
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
+	return nil
+}
+
+// Validation is the answer of POST /admin/v1/rules/validate for a rule
+// set that compiles.
+type Validation struct {
+	Valid bool `json:"valid"`
+	// Hash is what the rule set's snapshot hash would be.
+	Hash string `json:"hash"`
+}
+
+// validateRule compiles the rule set as it would be with the body's rule
+// added (or, with an id, replaced) and saves nothing.
+func (s *Service) validateRule(w http.ResponseWriter, r *http.Request, _ string) error {
+	var rule rules.Rule
+	if err := decode(r, &rule); err != nil {
+		return err
+	}
+	if !rule.ExpiresAt.IsZero() && !rule.ExpiresAt.After(time.Now()) {
+		return badRequest("expires_at", "%s is in the past", rule.ExpiresAt.Format(time.RFC3339))
+	}
+	apply := replaceApply(rule.ID, rule)
+	if rule.ID == 0 {
+		apply = func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			id, err := insertRule(ctx, tx, rule, false)
+			return outcome{ruleID: id, created: true}, err
+		}
+	}
+	var hash string
+	errRollback := errors.New("validation only")
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+		out, err := apply(r.Context(), tx)
+		if err != nil {
+			return err
+		}
+		b, err := build(r.Context(), tx)
+		if err != nil {
+			return compileError(err, b, out)
+		}
+		hash = b.set.Hash
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		return err
+	}
+	writeJSON(w, http.StatusOK, Validation{Valid: true, Hash: hash})
+	return nil
+}
+
+func (s *Service) getKey(w http.ResponseWriter, r *http.Request, _ string) error {
+	key := r.PathValue("key")
+	var info rules.KeyInfo
+	err := s.pool.QueryRow(r.Context(), "SELECT plan, org FROM api_keys WHERE key = $1", key).Scan(&info.Plan, &info.Org)
+	if isNoRows(err) {
+		return notFound("no key %q", key)
+	}
+	if err != nil {
+		return fmt.Errorf("read key: %w", err)
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
+func readKey(ctx context.Context, tx pgx.Tx, key string) (*rules.KeyInfo, error) {
+	var info rules.KeyInfo
+	err := tx.QueryRow(ctx, "SELECT plan, org FROM api_keys WHERE key = $1", key).Scan(&info.Plan, &info.Org)
+	if isNoRows(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	return &info, nil
+}
+
+func (s *Service) putKey(w http.ResponseWriter, r *http.Request, who string) error {
+	key := r.PathValue("key")
+	var info rules.KeyInfo
+	if err := decode(r, &info); err != nil {
+		return err
+	}
+	_, pub, err := s.commit(r.Context(), change{who: who, action: "key.put",
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			before, err := readKey(ctx, tx, key)
+			if err != nil {
+				return outcome{}, err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO api_keys (key, plan, org) VALUES ($1, $2, $3)
+				ON CONFLICT (key) DO UPDATE SET plan = excluded.plan, org = excluded.org, updated_at = now()`, key, info.Plan, info.Org)
+			if err != nil {
+				return outcome{}, fmt.Errorf("put key: %w", err)
+			}
+			return outcome{target: "keys/" + key, before: nilIfNone(before), after: info}, nil
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: info})
+	return nil
+}
+
+func (s *Service) deleteKey(w http.ResponseWriter, r *http.Request, who string) error {
+	key := r.PathValue("key")
+	_, pub, err := s.commit(r.Context(), change{who: who, action: "key.delete",
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			before, err := readKey(ctx, tx, key)
+			if err != nil {
+				return outcome{}, err
+			}
+			if before == nil {
+				return outcome{}, notFound("no key %q", key)
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM api_keys WHERE key = $1", key); err != nil {
+				return outcome{}, fmt.Errorf("delete key: %w", err)
+			}
+			return outcome{target: "keys/" + key, before: before}, nil
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
+	return nil
+}
+
+// nilIfNone keeps a missing value out of the audit log as JSON null rather
+// than a typed nil.
+func nilIfNone[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return p
+}
+
+func (s *Service) listEndpoints(w http.ResponseWriter, r *http.Request, _ string) error {
+	eps, err := readEndpoints(r.Context(), s.pool)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": eps})
+	return nil
+}
+
+func readEndpoint(ctx context.Context, tx pgx.Tx, name string) (*rules.Endpoint, error) {
+	ep := rules.Endpoint{Name: name}
+	err := tx.QueryRow(ctx, "SELECT method, path, cost FROM endpoints WHERE name = $1", name).Scan(&ep.Method, &ep.Path, &ep.Cost)
+	if isNoRows(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read endpoint: %w", err)
+	}
+	return &ep, nil
+}
+
+func (s *Service) putEndpoint(w http.ResponseWriter, r *http.Request, who string) error {
+	name := r.PathValue("name")
+	var ep rules.Endpoint
+	if err := decode(r, &ep); err != nil {
+		return err
+	}
+	if ep.Name != "" && ep.Name != name {
+		return badRequest("name", "%q does not match the path's %q", ep.Name, name)
+	}
+	ep.Name = name
+	_, pub, err := s.commit(r.Context(), change{who: who, action: "endpoint.put",
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			before, err := readEndpoint(ctx, tx, name)
+			if err != nil {
+				return outcome{}, err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO endpoints (name, method, path, cost) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (name) DO UPDATE SET method = excluded.method, path = excluded.path, cost = excluded.cost,
+				updated_at = now()`, name, ep.Method, ep.Path, ep.Cost)
+			if err != nil {
+				return outcome{}, fmt.Errorf("put endpoint: %w", err)
+			}
+			return outcome{target: "endpoints/" + name, before: nilIfNone(before), after: ep}, nil
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: ep})
+	return nil
+}
+
+func (s *Service) deleteEndpoint(w http.ResponseWriter, r *http.Request, who string) error {
+	name := r.PathValue("name")
+	_, pub, err := s.commit(r.Context(), change{who: who, action: "endpoint.delete",
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			before, err := readEndpoint(ctx, tx, name)
+			if err != nil {
+				return outcome{}, err
+			}
+			if before == nil {
+				return outcome{}, notFound("no endpoint %q", name)
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM endpoints WHERE name = $1", name); err != nil {
+				return outcome{}, fmt.Errorf("delete endpoint: %w", err)
+			}
+			return outcome{target: "endpoints/" + name, before: before}, nil
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
+	return nil
+}
+
+// Override is the body of PUT /admin/v1/overrides/{key}: an emergency limit
+// of one API key. It must say why and when it ends.
+type Override struct {
+	Limits    []rules.Limit  `json:"limits"`
+	ExpiresAt time.Time      `json:"expires_at"`
+	Reason    string         `json:"reason"`
+	FailMode  rules.FailMode `json:"fail_mode,omitempty"`
+}
+
+func (s *Service) putOverride(w http.ResponseWriter, r *http.Request, who string) error {
+	key := r.PathValue("key")
+	var o Override
+	if err := decode(r, &o); err != nil {
+		return err
+	}
+	now := time.Now()
+	switch {
+	case o.Reason == "":
+		return badRequest("reason", "is required: say why this key is overridden")
+	case o.ExpiresAt.IsZero():
+		return badRequest("expires_at", "is required: every override expires")
+	case !o.ExpiresAt.After(now):
+		return badRequest("expires_at", "%s is in the past", o.ExpiresAt.Format(time.RFC3339))
+	case o.ExpiresAt.Sub(now) > s.cfg.MaxOverride:
+		return badRequest("expires_at", "%s is %v from now, beyond the longest override, %v",
+			o.ExpiresAt.Format(time.RFC3339), o.ExpiresAt.Sub(now).Round(time.Second), s.cfg.MaxOverride)
+	}
+	rule := rules.Rule{Scope: rules.ScopeKey, Match: rules.Match{Key: key}, Limits: o.Limits,
+		FailMode: o.FailMode, ExpiresAt: o.ExpiresAt, Reason: o.Reason}
+	out, pub, err := s.commit(r.Context(), change{who: who, action: "override.put", emergency: true,
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			before, err := readOverride(ctx, tx, key)
+			if err != nil {
+				return outcome{}, err
+			}
+			if before != nil {
+				if _, err := tx.Exec(ctx, "DELETE FROM rules WHERE id = $1", before.ID); err != nil {
+					return outcome{}, fmt.Errorf("replace override: %w", err)
+				}
+			}
+			id, err := insertRule(ctx, tx, rule, true)
+			return outcome{target: "overrides/" + key, ruleID: id, created: true, before: nilIfNone(before)}, err
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: out.after})
+	return nil
+}
+
+func readOverride(ctx context.Context, tx pgx.Tx, key string) (*RuleView, error) {
+	var id int64
+	err := tx.QueryRow(ctx, "SELECT id FROM rules WHERE override AND match->>'key' = $1", key).Scan(&id)
+	if isNoRows(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read override: %w", err)
+	}
+	return readRule(ctx, tx, id)
+}
+
+func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request, who string) error {
+	key := r.PathValue("key")
+	_, pub, err := s.commit(r.Context(), change{who: who, action: "override.delete", emergency: true,
+		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
+			before, err := readOverride(ctx, tx, key)
+			if err != nil {
+				return outcome{}, err
+			}
+			if before == nil {
+				return outcome{}, notFound("no override of key %q", key)
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM rules WHERE id = $1", before.ID); err != nil {
+				return outcome{}, fmt.Errorf("delete override: %w", err)
+			}
+			return outcome{target: "overrides/" + key, before: before}, nil
+		}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
+	return nil
+}
+
+// AuditEntry is one row of the audit log.
+type AuditEntry struct {
+	ID      int64           `json:"id"`
+	At      time.Time       `json:"at"`
+	Who     string          `json:"who"`
+	Action  string          `json:"action"`
+	Target  string          `json:"target"`
+	Before  json.RawMessage `json:"before,omitempty"`
+	After   json.RawMessage `json:"after,omitempty"`
+	Version *int64          `json:"version,omitempty"`
+}
+
+// listAudit answers the newest entries first: ?limit=N (at most 1000) and
+// ?before=ID to page on.
+func (s *Service) listAudit(w http.ResponseWriter, r *http.Request, _ string) error {
+	limit, before := int64(100), int64(1<<62)
+	for name, p := range map[string]*int64{"limit": &limit, "before": &before} {
+		if v := r.URL.Query().Get(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return badRequest(name, "%q is not a positive number", v)
+			}
+			*p = n
+		}
+	}
+	rows, err := s.pool.Query(r.Context(), `SELECT id, at, who, action, target, before, after, version FROM audit
+		WHERE id < $1 ORDER BY id DESC LIMIT $2`, before, min(limit, 1000))
+	if err != nil {
+		return fmt.Errorf("read audit: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
+		err := row.Scan(&e.ID, &e.At, &e.Who, &e.Action, &e.Target, &e.Before, &e.After, &e.Version)
+		return e, err
+	})
+	if err != nil {
+		return fmt.Errorf("read audit: %w", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
+	return nil
+}

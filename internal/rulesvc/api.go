@@ -1,0 +1,228 @@
+package rulesvc
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// apiError is an error with the HTTP status and the field it is about. One
+// place, handle, turns it into a response.
+type apiError struct {
+	status int
+	field  string
+	rule   int64 // the stored rule at fault, if any
+	msg    string
+}
+
+func (e *apiError) Error() string {
+	if e.field == "" {
+		return e.msg
+	}
+	return e.field + ": " + e.msg
+}
+
+func badRequest(field, format string, a ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, field: field, msg: fmt.Sprintf(format, a...)}
+}
+
+func notFound(format string, a ...any) *apiError {
+	return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf(format, a...)}
+}
+
+// errorBody is every error response.
+type errorBody struct {
+	Error string `json:"error"`
+	// Field names the request field at fault, when one is.
+	Field string `json:"field,omitempty"`
+	// Rule is the ID of the rule at fault, when a rule set did not compile.
+	Rule int64 `json:"rule,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		writeJSON(w, ae.status, errorBody{Error: ae.Error(), Field: ae.field, Rule: ae.rule})
+		return
+	}
+	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal error"})
+}
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+// decode reads a JSON body into v, refusing unknown fields and trailing
+// data, with an error that names the field at fault.
+func decode(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return badRequest("", "read body: %v", err)
+	}
+	if len(body) > maxBody {
+		return &apiError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body is larger than %d bytes", maxBody)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
+			return badRequest(te.Field, "want a %v, got JSON %s", te.Type, te.Value)
+		case errors.As(err, &se):
+			return badRequest("", "body is not valid JSON: %v", err)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return badRequest(f, "unknown field")
+		case errors.Is(err, io.EOF):
+			return badRequest("", "body is empty")
+		}
+		return badRequest("", "body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("", "body holds more than one JSON value")
+	}
+	return nil
+}
+
+// Role is what a token may do.
+type Role string
+
+// The roles of tokens.
+const (
+	// RoleRead may read the admin API.
+	RoleRead Role = "read"
+	// RoleWrite may read and change the admin API.
+	RoleWrite Role = "write"
+	// RoleGateway may poll snapshots and send reports.
+	RoleGateway Role = "gateway"
+)
+
+// Token is one bearer token the service accepts.
+type Token struct {
+	// Name identifies the token's holder in the audit log.
+	Name string `yaml:"name"`
+	// Secret is the token itself.
+	Secret string `yaml:"secret"`
+	// Role is what it may do.
+	Role Role `yaml:"role"`
+}
+
+// token is a Token with its secret hashed, so comparisons take the same
+// time whatever the lengths.
+type token struct {
+	name string
+	sum  [32]byte
+	role Role
+}
+
+func checkTokens(ts []Token) error {
+	seen := map[string]bool{}
+	for i, t := range ts {
+		switch {
+		case t.Name == "" || strings.ContainsAny(t.Name, " \t\n"):
+			return fmt.Errorf("rulesvc: tokens[%d]: name %q is empty or holds spaces", i, t.Name)
+		case len(t.Secret) < 16:
+			return fmt.Errorf("rulesvc: token %s: secret is %d bytes, want at least 16", t.Name, len(t.Secret))
+		case t.Role != RoleRead && t.Role != RoleWrite && t.Role != RoleGateway:
+			return fmt.Errorf("rulesvc: token %s: role %q is not read, write or gateway", t.Name, t.Role)
+		case seen[t.Secret]:
+			return fmt.Errorf("rulesvc: token %s: secret is used by another token", t.Name)
+		}
+		seen[t.Secret] = true
+	}
+	return nil
+}
+
+func compileTokens(ts []Token) (out []token, gatewayOpen bool) {
+	gatewayOpen = true
+	for _, t := range ts {
+		out = append(out, token{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), role: t.Role})
+		if t.Role == RoleGateway {
+			gatewayOpen = false
+		}
+	}
+	return out, gatewayOpen
+}
+
+// caller finds the token of a request. It compares with every token, so the
+// time taken does not say which one nearly matched.
+func (s *Service) caller(r *http.Request) (token, bool) {
+	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || secret == "" {
+		return token{}, false
+	}
+	sum := sha256.Sum256([]byte(secret))
+	var found token
+	match := 0
+	for _, t := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 {
+			found, match = t, 1
+		}
+	}
+	return found, match == 1
+}
+
+// allows reports whether a token of role have may do what need asks.
+func allows(have, need Role) bool {
+	return have == need || (have == RoleWrite && need == RoleRead)
+}
+
+// handlerFunc is a handler that returns its error; handle writes it.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Service) authorized(need Role, h func(w http.ResponseWriter, r *http.Request, who string) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok := s.caller(r)
+		switch {
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			writeError(w, &apiError{status: http.StatusUnauthorized, field: "Authorization",
+				msg: "missing or unknown bearer token"})
+			return
+		case !allows(t.role, need):
+			writeError(w, &apiError{status: http.StatusForbidden, field: "Authorization",
+				msg: fmt.Sprintf("token %s has role %s; this needs %s", t.name, t.role, need)})
+			return
+		}
+		s.handle(w, r, func(w http.ResponseWriter, r *http.Request) error { return h(w, r, t.name) })
+	})
+}
+
+// gateway guards the endpoints gateways use: open when no gateway token is
+// configured.
+func (s *Service) gateway(h handlerFunc) http.Handler {
+	if s.gwOpen {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handle(w, r, h) })
+	}
+	return s.authorized(RoleGateway, func(w http.ResponseWriter, r *http.Request, _ string) error { return h(w, r) })
+}
+
+// handle runs h and writes its error, logging the unexpected ones.
+func (s *Service) handle(w http.ResponseWriter, r *http.Request, h handlerFunc) {
+	err := h(w, r)
+	if err == nil {
+		return
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		s.log.Error("rules service: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, err)
+}

@@ -1,0 +1,201 @@
+package rulesvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// querier is what reading the tables needs: a pool, a connection or a
+// transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// built is a would-be snapshot: the document, compiled.
+type built struct {
+	doc       rules.Document
+	set       *rules.Set
+	overrides []int64 // IDs of the emergency overrides among doc.Rules
+}
+
+// build reads the whole rule set and compiles it. Rules already expired are
+// left out; the rest expire on the gateways at request time. A set that does
+// not compile is returned as a *rules.FieldError.
+func build(ctx context.Context, q querier) (*built, error) {
+	var b built
+	keys, err := readKeys(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := readEndpoints(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	rs, overrides, err := readRules(ctx, q, "WHERE expires_at IS NULL OR expires_at > now()")
+	if err != nil {
+		return nil, err
+	}
+	b.doc = rules.Document{Keys: keys, Endpoints: eps, Rules: rs}
+	for _, r := range rs {
+		if overrides[r.ID] {
+			b.overrides = append(b.overrides, r.ID)
+		}
+	}
+	return &b, b.compile()
+}
+
+func (b *built) compile() error {
+	set, err := rules.Compile(b.doc, 0)
+	if err != nil {
+		return err
+	}
+	b.set = set
+	return nil
+}
+
+// withOverrides returns the emergency form of a change: the stable
+// snapshot's document with its overrides replaced by cur's. It is what goes
+// to every gateway at once while the rest of cur waits for its canary.
+func withOverrides(stable rules.Document, stableOverrides []int64, cur *built) (*built, error) {
+	out := built{doc: rules.Document{Keys: stable.Keys, Endpoints: stable.Endpoints}}
+	for _, r := range stable.Rules {
+		if !slices.Contains(stableOverrides, r.ID) {
+			out.doc.Rules = append(out.doc.Rules, r)
+		}
+	}
+	for _, r := range cur.doc.Rules {
+		if slices.Contains(cur.overrides, r.ID) {
+			out.doc.Rules = append(out.doc.Rules, r)
+		}
+	}
+	slices.SortFunc(out.doc.Rules, func(a, b rules.Rule) int { return int(min(max(a.ID-b.ID, -1), 1)) })
+	if out.doc.Rules == nil {
+		out.doc.Rules = []rules.Rule{}
+	}
+	out.overrides = cur.overrides
+	return &out, out.compile()
+}
+
+// insert stores b as the next snapshot version and returns the version.
+func (b *built) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
+	doc, err := json.Marshal(b.doc)
+	if err != nil {
+		return 0, fmt.Errorf("encode snapshot: %w", err)
+	}
+	var v int64
+	if err := tx.QueryRow(ctx, "SELECT nextval('snapshot_version')").Scan(&v); err != nil {
+		return 0, fmt.Errorf("next snapshot version: %w", err)
+	}
+	overrides := b.overrides
+	if overrides == nil {
+		overrides = []int64{}
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO snapshots (version, hash, document, override_ids) VALUES ($1, $2, $3, $4)",
+		v, b.set.Hash, doc, overrides)
+	if err != nil {
+		return 0, fmt.Errorf("insert snapshot %d: %w", v, err)
+	}
+	return v, nil
+}
+
+func readKeys(ctx context.Context, q querier) (map[string]rules.KeyInfo, error) {
+	rows, err := q.Query(ctx, "SELECT key, plan, org FROM api_keys ORDER BY key")
+	if err != nil {
+		return nil, fmt.Errorf("read keys: %w", err)
+	}
+	keys := map[string]rules.KeyInfo{}
+	var k string
+	var info rules.KeyInfo
+	_, err = pgx.ForEachRow(rows, []any{&k, &info.Plan, &info.Org}, func() error {
+		keys[k] = info
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read keys: %w", err)
+	}
+	return keys, nil
+}
+
+func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
+	rows, err := q.Query(ctx, "SELECT name, method, path, cost FROM endpoints ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("read endpoints: %w", err)
+	}
+	eps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rules.Endpoint, error) {
+		var ep rules.Endpoint
+		err := r.Scan(&ep.Name, &ep.Method, &ep.Path, &ep.Cost)
+		return ep, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read endpoints: %w", err)
+	}
+	return eps, nil
+}
+
+const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override"
+
+// readRules reads the rules a WHERE clause selects, in ID order, and which
+// of them are emergency overrides.
+func readRules(ctx context.Context, q querier, where string, args ...any) ([]rules.Rule, map[int64]bool, error) {
+	rows, err := q.Query(ctx, "SELECT "+ruleColumns+" FROM rules "+where+" ORDER BY id", args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read rules: %w", err)
+	}
+	overrides := map[int64]bool{}
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rules.Rule, error) {
+		r, override, err := scanRule(row)
+		if override {
+			overrides[r.ID] = true
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read rules: %w", err)
+	}
+	if rs == nil {
+		rs = []rules.Rule{}
+	}
+	return rs, overrides, nil
+}
+
+// scanRule scans the ruleColumns, then any extra columns into extra.
+func scanRule(row pgx.Row, extra ...any) (rules.Rule, bool, error) {
+	var (
+		r              rules.Rule
+		match, lims    []byte
+		expires        *time.Time
+		mode, failMode string
+		override       bool
+	)
+	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return r, false, err
+	}
+	r.Mode, r.FailMode = rules.Mode(mode), rules.FailMode(failMode)
+	if expires != nil {
+		r.ExpiresAt = expires.UTC()
+	}
+	if err := json.Unmarshal(match, &r.Match); err != nil {
+		return r, false, fmt.Errorf("rule %d: match: %w", r.ID, err)
+	}
+	if err := json.Unmarshal(lims, &r.Limits); err != nil {
+		return r, false, fmt.Errorf("rule %d: limits: %w", r.ID, err)
+	}
+	return r, override, nil
+}
+
+// asFieldError reports whether err is a rule set that does not compile.
+func asFieldError(err error) (*rules.FieldError, bool) {
+	var fe *rules.FieldError
+	ok := errors.As(err, &fe)
+	return fe, ok
+}

@@ -1,0 +1,267 @@
+package rulesvc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// change is one admin change: the transaction applies it, compiles the
+// whole would-be rule set, publishes a snapshot and writes the audit row,
+// or does none of it.
+type change struct {
+	who    string
+	action string // such as "rule.create"
+	// emergency changes skip the canary: overrides and their removal.
+	emergency bool
+	// apply makes the change in tx.
+	apply func(ctx context.Context, tx pgx.Tx) (outcome, error)
+}
+
+// outcome is what apply did, for the audit log.
+type outcome struct {
+	target        string // such as "rules/12"
+	ruleID        int64  // the rule written: commit sets its version and reads it back as after
+	created       bool   // ruleID is new: a compile error naming it has no ID to show
+	before, after any
+}
+
+// Published says where a change went.
+type Published struct {
+	// Version is the snapshot that holds the change, and everything before
+	// it.
+	Version int64 `json:"version"`
+	// Rollout is "canary" or "promoted".
+	Rollout string `json:"rollout"`
+	// Emergency is the version that carries an emergency override to every
+	// gateway at once while Version is still a canary; zero otherwise.
+	Emergency int64 `json:"emergency_version,omitempty"`
+}
+
+// writeLock serializes changes, so each snapshot holds every change made
+// before it; the key is per schema.
+const writeLockSQL = "SELECT pg_advisory_xact_lock(hashtext('sluice.write.' || current_schema()))"
+
+// commit runs c in one transaction.
+func (s *Service) commit(ctx context.Context, c change) (outcome, Published, error) {
+	var out outcome
+	var pub Published
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, writeLockSQL); err != nil {
+			return fmt.Errorf("take write lock: %w", err)
+		}
+		var err error
+		if out, err = c.apply(ctx, tx); err != nil {
+			return err
+		}
+		b, err := build(ctx, tx)
+		if err != nil {
+			return compileError(err, b, out)
+		}
+		if pub, err = s.publish(ctx, tx, b, c.emergency); err != nil {
+			return err
+		}
+		if out.ruleID != 0 {
+			if _, err := tx.Exec(ctx, "UPDATE rules SET version = $1, updated_at = now() WHERE id = $2",
+				pub.Version, out.ruleID); err != nil {
+				return fmt.Errorf("set rule %d version: %w", out.ruleID, err)
+			}
+			if out.after, err = readRule(ctx, tx, out.ruleID); err != nil {
+				return err
+			}
+		}
+		if err := audit(ctx, tx, c.who, c.action, out.target, out.before, out.after, pub.Version); err != nil {
+			return err
+		}
+		return s.notify(ctx, tx)
+	})
+	if err != nil {
+		return outcome{}, Published{}, err
+	}
+	s.metrics.changes.WithLabelValues(c.action).Inc()
+	// NOTIFY reaches this replica too; reloading now answers its own
+	// gateways without waiting for the round trip.
+	if err := s.reload(ctx); err != nil {
+		s.log.Warn("rules service: reload after change failed", "err", err)
+	}
+	return out, pub, nil
+}
+
+// compileError turns a rule set that does not compile into a 422 that
+// names the rule and field.
+func compileError(err error, b *built, out outcome) error {
+	fe, ok := asFieldError(err)
+	if !ok {
+		return err
+	}
+	ae := &apiError{status: http.StatusUnprocessableEntity, field: fe.Field, msg: fe.Error()}
+	var i int
+	if _, serr := fmt.Sscanf(fe.Where, "rules[%d]", &i); serr == nil && b != nil && i >= 0 && i < len(b.doc.Rules) {
+		id := b.doc.Rules[i].ID
+		if !(out.created && id == out.ruleID) {
+			ae.rule = id
+			ae.msg = "rule " + strconv.FormatInt(id, 10) + " " + fe.Error()
+		}
+		if id != out.ruleID {
+			// The change broke another rule: the field is that rule's.
+			ae.field = ""
+		}
+	}
+	return ae
+}
+
+// publish stores b as a snapshot and starts its rollout. An emergency
+// change goes to everyone at once; if a canary is running, or halted, the
+// emergency version is the stable snapshot plus the overrides, and b
+// follows as the next canary.
+func (s *Service) publish(ctx context.Context, tx pgx.Tx, b *built, emergency bool) (Published, error) {
+	if s.cfg.Canary.Disabled {
+		v, err := s.startRollout(ctx, tx, b, "promoted", emergency)
+		return Published{Version: v, Rollout: "promoted"}, err
+	}
+	if !emergency {
+		v, err := s.startRollout(ctx, tx, b, "canary", false)
+		return Published{Version: v, Rollout: "canary"}, err
+	}
+	var stableDoc []byte
+	var stableOverrides []int64
+	err := tx.QueryRow(ctx, `SELECT s.document, s.override_ids FROM snapshots s
+		WHERE s.version = (SELECT max(version) FROM rollouts WHERE state = 'promoted')`).Scan(&stableDoc, &stableOverrides)
+	if err != nil {
+		return Published{}, fmt.Errorf("read stable snapshot: %w", err)
+	}
+	var stable rules.Document
+	if err := json.Unmarshal(stableDoc, &stable); err != nil {
+		return Published{}, fmt.Errorf("decode stable snapshot: %w", err)
+	}
+	e, err := withOverrides(stable, stableOverrides, b)
+	if err != nil {
+		return Published{}, fmt.Errorf("lay overrides over the stable snapshot: %w", err)
+	}
+	if e.set.Hash == b.set.Hash {
+		v, err := s.startRollout(ctx, tx, b, "promoted", true)
+		return Published{Version: v, Rollout: "promoted"}, err
+	}
+	ev, err := s.startRollout(ctx, tx, e, "promoted", true)
+	if err != nil {
+		return Published{}, err
+	}
+	v, err := s.startRollout(ctx, tx, b, "canary", false)
+	return Published{Version: v, Rollout: "canary", Emergency: ev}, err
+}
+
+// startRollout inserts b as a snapshot with a rollout in the given state,
+// "canary" or "promoted". Either ends a running canary: a newer canary
+// replaces it, and a promoted version would otherwise sit below it.
+func (s *Service) startRollout(ctx context.Context, tx pgx.Tx, b *built, st string, emergency bool) (int64, error) {
+	v, err := b.insert(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, "UPDATE rollouts SET state = 'superseded', decided_at = now(), reason = $1 WHERE state = 'canary'",
+		fmt.Sprintf("superseded by version %d", v)); err != nil {
+		return 0, fmt.Errorf("supersede canary: %w", err)
+	}
+	if st == "promoted" {
+		_, err := tx.Exec(ctx, `INSERT INTO rollouts (version, state, emergency, decided_at, reason)
+			VALUES ($1, 'promoted', $2, now(), $3)`, v, emergency, promotedReason(emergency))
+		if err != nil {
+			return 0, fmt.Errorf("insert rollout %d: %w", v, err)
+		}
+		return v, nil
+	}
+	canaries, err := s.pickCanaries(ctx, tx, v)
+	if err != nil {
+		return 0, err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO rollouts (version, state, canaries) VALUES ($1, 'canary', $2)`, v, canaries)
+	if err != nil {
+		return 0, fmt.Errorf("insert rollout %d: %w", v, err)
+	}
+	return v, nil
+}
+
+func promotedReason(emergency bool) string {
+	if emergency {
+		return "emergency override: skips the canary"
+	}
+	return "canary disabled"
+}
+
+// pickCanaries chooses about Canary.Fraction of the subscribed gateways, at
+// least one, by a hash of the version and gateway ID: stable for a version,
+// different gateways for different versions.
+func (s *Service) pickCanaries(ctx context.Context, q querier, version int64) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM gateways WHERE last_seen > now() - make_interval(secs => $1)`,
+		s.cfg.GatewayTTL.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("read gateways: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read gateways: %w", err)
+	}
+	return chooseCanaries(ids, version, s.cfg.Canary.Fraction), nil
+}
+
+func chooseCanaries(ids []string, version int64, fraction float64) []string {
+	if len(ids) == 0 {
+		return []string{}
+	}
+	rank := func(id string) uint64 {
+		h := sha256.New()
+		_ = binary.Write(h, binary.BigEndian, version)
+		h.Write([]byte(id))
+		return binary.BigEndian.Uint64(h.Sum(nil))
+	}
+	sorted := slices.Clone(ids)
+	slices.SortFunc(sorted, func(a, b string) int {
+		ra, rb := rank(a), rank(b)
+		switch {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	n := max(1, int(math.Ceil(fraction*float64(len(ids)))))
+	return sorted[:n]
+}
+
+func audit(ctx context.Context, tx pgx.Tx, who, action, target string, before, after any, version int64) error {
+	enc := func(v any) ([]byte, error) {
+		if v == nil {
+			return nil, nil
+		}
+		return json.Marshal(v)
+	}
+	b, err := enc(before)
+	if err != nil {
+		return fmt.Errorf("audit: encode before: %w", err)
+	}
+	a, err := enc(after)
+	if err != nil {
+		return fmt.Errorf("audit: encode after: %w", err)
+	}
+	var ver *int64
+	if version != 0 {
+		ver = &version
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO audit (who, action, target, before, after, version) VALUES ($1, $2, $3, $4, $5, $6)`,
+		who, action, target, b, a, ver)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,52 @@
+package rulesvc
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the service's Prometheus metrics, as one replica sees them.
+type metrics struct {
+	stable   prometheus.Gauge
+	canary   prometheus.Gauge
+	gateways *prometheus.GaugeVec
+	changes  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		stable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rulesvc_stable_version",
+			Help: "Snapshot version every gateway outside the canary runs."}),
+		canary: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rulesvc_canary_version",
+			Help: "Snapshot version the canary gateways run; 0 when no canary runs."}),
+		gateways: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_rulesvc_gateways",
+			Help: "Gateways subscribed, by region."}, []string{"region"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rulesvc_changes_total",
+			Help: "Admin changes committed by this replica, by action."}, []string{"action"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.stable, m.canary, m.gateways, m.changes} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("rulesvc: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(st *state) {
+	if st.stable != nil {
+		m.stable.Set(float64(st.stable.version))
+	}
+	if st.canary != nil {
+		m.canary.Set(float64(st.canary.version))
+	} else {
+		m.canary.Set(0)
+	}
+	m.gateways.Reset()
+	for r, n := range st.fleet.Regions {
+		m.gateways.WithLabelValues(r).Set(float64(n))
+	}
+}

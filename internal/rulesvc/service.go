@@ -1,0 +1,443 @@
+// Package rulesvc is the rules service: it keeps rules, the key directory
+// and endpoints in PostgreSQL, compiles them into immutable versioned
+// snapshots, and hands each gateway the snapshot it should run through a
+// long poll.
+//
+// Every change is one transaction that compiles the whole would-be rule set
+// with rules.Compile, so a rule that does not compile never reaches the
+// table; the same transaction writes the snapshot, its rollout and an audit
+// row, and NOTIFYs every replica, which then wakes its waiting gateways.
+// A new version first goes to a canary of about one gateway in a hundred;
+// it is promoted after the canary window unless the canary's refusal rate
+// rises above the rest's, which halts it. Emergency overrides skip the
+// canary.
+//
+// Several replicas may run over one database: all state lives there, and
+// PostgreSQL's NOTIFY tells each replica when it changed.
+package rulesvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/rulesync"
+)
+
+// notifyChannel is the PostgreSQL channel every change is announced on. The
+// payload is the schema, so services in different schemas of one database
+// ignore each other.
+const notifyChannel = "sluice_rules"
+
+// Config configures a Service. The zero value of every field but Postgres
+// means its default.
+type Config struct {
+	// Postgres is the database's connection string. Required.
+	Postgres string
+	// Schema holds the service's tables; it is created and migrated on
+	// start. Empty means "sluice".
+	Schema string
+	// Tokens are the bearer tokens the API accepts. With no token of
+	// RoleGateway, the gateway endpoints need none.
+	Tokens []Token
+	// MaxOverride is the longest an emergency override may last. Zero
+	// means 7 days.
+	MaxOverride time.Duration
+	// PollTimeout is the longest a gateway's long poll is held before a
+	// 304. Zero means 25 seconds.
+	PollTimeout time.Duration
+	// GatewayTTL is how long after its last poll a gateway still counts
+	// as subscribed. Zero means 90 seconds; it must exceed PollTimeout.
+	GatewayTTL time.Duration
+	// Refresh is how often each replica rereads the state even without a
+	// NOTIFY, and recounts the fleet. Zero means 5 seconds.
+	Refresh time.Duration
+	// Canary configures the rollout of new versions.
+	Canary Canary
+	// ReportRetention is how long gateways' reports are kept. Zero means
+	// 7 days.
+	ReportRetention time.Duration
+	// Registerer receives the service's metrics. Nil means none.
+	Registerer prometheus.Registerer
+	// Logger receives the service's log. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Canary configures how a new snapshot version is tried before it goes to
+// every gateway.
+type Canary struct {
+	// Disabled sends every version to every gateway at once.
+	Disabled bool
+	// Fraction of the subscribed gateways that get a new version first;
+	// at least one is chosen. Zero means 0.01.
+	Fraction float64
+	// Window is how long the canary runs before the version is promoted.
+	// Zero means 10 minutes.
+	Window time.Duration
+	// Threshold is how much higher the canary's refusal rate may be than
+	// the rest's, as a fraction of requests, before the rollout halts.
+	// Zero means 0.05.
+	Threshold float64
+	// MinSample is how many requests each side must have reported before
+	// their rates are compared. Zero means 1000.
+	MinSample int64
+	// Check is how often a running canary is evaluated. Zero means a
+	// twentieth of Window, between 100 ms and 5 s.
+	Check time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if c.Postgres == "" {
+		return errors.New("rulesvc: Postgres connection string is empty")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.MaxOverride, 7*24*time.Hour)
+	def(&c.PollTimeout, 25*time.Second)
+	def(&c.GatewayTTL, 90*time.Second)
+	def(&c.Refresh, 5*time.Second)
+	def(&c.ReportRetention, 7*24*time.Hour)
+	def(&c.Canary.Window, 10*time.Minute)
+	def(&c.Canary.Check, min(max(c.Canary.Window/20, 100*time.Millisecond), 5*time.Second))
+	if c.Schema == "" {
+		c.Schema = "sluice"
+	}
+	if c.Canary.Fraction == 0 {
+		c.Canary.Fraction = 0.01
+	}
+	if c.Canary.Threshold == 0 {
+		c.Canary.Threshold = 0.05
+	}
+	if c.Canary.MinSample == 0 {
+		c.Canary.MinSample = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case !schemaName.MatchString(c.Schema):
+		return fmt.Errorf("rulesvc: schema %q: want lower-case letters, digits and _, at most 63", c.Schema)
+	case c.MaxOverride < 0, c.PollTimeout < 0, c.GatewayTTL < 0, c.Refresh < 0, c.ReportRetention < 0,
+		c.Canary.Window < 0, c.Canary.Check < 0:
+		return errors.New("rulesvc: durations must not be negative")
+	case c.GatewayTTL <= c.PollTimeout:
+		return fmt.Errorf("rulesvc: gateway TTL %v must exceed the poll timeout %v", c.GatewayTTL, c.PollTimeout)
+	case c.Canary.Fraction < 0 || c.Canary.Fraction > 1:
+		return fmt.Errorf("rulesvc: canary fraction %v is not between 0 and 1", c.Canary.Fraction)
+	case c.Canary.Threshold < 0 || c.Canary.Threshold > 1:
+		return fmt.Errorf("rulesvc: canary threshold %v is not between 0 and 1", c.Canary.Threshold)
+	case c.Canary.MinSample < 0:
+		return fmt.Errorf("rulesvc: canary minimum sample %d is negative", c.Canary.MinSample)
+	}
+	return checkTokens(c.Tokens)
+}
+
+// Service is one replica of the rules service. Its methods are safe for
+// concurrent use. Build it with New, serve Handler, and keep Run running:
+// Run is what notices changes made through other replicas, runs the canary
+// and counts the fleet.
+type Service struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	tokens  []token
+	gwOpen  bool // no gateway token configured
+	metrics *metrics
+
+	state atomic.Pointer[state]
+
+	mu      sync.Mutex
+	changed chan struct{} // closed when state changes, then replaced; guarded by mu
+
+	stopped  chan struct{} // closed when Run returns: waiting polls give up
+	stopOnce sync.Once
+}
+
+// state is what one replica serves; it is replaced whole.
+type state struct {
+	stable   *snap
+	canary   *snap // nil when no canary runs
+	canaries map[string]bool
+	fleet    rulesync.Fleet
+}
+
+// snap is one stored snapshot.
+type snap struct {
+	version int64
+	hash    string
+	doc     json.RawMessage
+}
+
+// New connects to PostgreSQL, creates or migrates the schema (several
+// replicas may start at once) and loads the current state. The caller
+// must Close the Service.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := openPool(ctx, cfg.Postgres, cfg.Schema)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m,
+		changed: make(chan struct{}), stopped: make(chan struct{})}
+	s.tokens, s.gwOpen = compileTokens(cfg.Tokens)
+	s.state.Store(&state{})
+	if err := s.reload(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases the database pool and ends any waiting long polls. Call it
+// after Run has returned and the HTTP server has stopped.
+func (s *Service) Close() {
+	s.stop()
+	s.pool.Close()
+}
+
+func (s *Service) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
+
+// Handler serves the admin API under /admin/v1, the gateway endpoints under
+// /v1 and the health check at /healthz.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	s.adminRoutes(mux)
+	mux.Handle("GET "+rulesync.SnapshotPath, s.gateway(s.serveSnapshot))
+	mux.Handle("POST "+rulesync.ReportPath, s.gateway(s.serveReport))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.pool.Ping(r.Context()); err != nil {
+			writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "database unreachable"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"version": s.state.Load().stable.version})
+	})
+	return mux
+}
+
+// Run follows changes until ctx ends: it LISTENs for other replicas'
+// changes, rereads the state every Refresh, evaluates the running canary
+// and prunes old reports. It returns nil when ctx ends, and ends waiting
+// long polls with 503 so gateways move to another replica.
+func (s *Service) Run(ctx context.Context) error {
+	defer s.stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.listen(ctx) })
+	wg.Go(func() { s.every(ctx, s.cfg.Refresh, s.refresh) })
+	if !s.cfg.Canary.Disabled {
+		wg.Go(func() { s.every(ctx, s.cfg.Canary.Check, s.evaluate) })
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (s *Service) every(ctx context.Context, d time.Duration, f func(context.Context) error) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("rules service: periodic task failed", "err", err)
+			}
+		}
+	}
+}
+
+func (s *Service) refresh(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM decisions WHERE at < now() - make_interval(secs => $1)`,
+		s.cfg.ReportRetention.Seconds()); err != nil {
+		return fmt.Errorf("prune decisions: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM shadow_hits WHERE at < now() - make_interval(secs => $1)`,
+		s.cfg.ReportRetention.Seconds()); err != nil {
+		return fmt.Errorf("prune shadow hits: %w", err)
+	}
+	return s.reload(ctx)
+}
+
+// listen holds a dedicated connection LISTENing for changes, reconnecting
+// with backoff when it breaks; after each (re)connect it rereads the state,
+// since notifications sent while it was away are lost.
+func (s *Service) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("rules service: LISTEN connection lost; reconnecting", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (s *Service) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	if err := s.reload(ctx); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Payload != s.cfg.Schema {
+			continue
+		}
+		if err := s.reload(ctx); err != nil {
+			s.log.Warn("rules service: reload after NOTIFY failed", "err", err)
+		}
+	}
+}
+
+// notify announces a change to every replica when tx commits.
+func (s *Service) notify(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, s.cfg.Schema)
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	return nil
+}
+
+// reload rereads what gateways should run and the fleet, and wakes the
+// waiting polls if any of it changed. Concurrent reloads are serialized.
+func (s *Service) reload(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.state.Load()
+	next := &state{canaries: map[string]bool{}}
+
+	var stableV int64
+	err := s.pool.QueryRow(ctx, `SELECT max(version) FROM rollouts WHERE state = 'promoted'`).Scan(&stableV)
+	if err != nil {
+		return fmt.Errorf("read stable version: %w", err)
+	}
+	if next.stable, err = s.snapshot(ctx, stableV, old); err != nil {
+		return err
+	}
+	var canaryV int64
+	var canaries []string
+	err = s.pool.QueryRow(ctx, `SELECT version, canaries FROM rollouts WHERE state = 'canary'
+		ORDER BY version DESC LIMIT 1`).Scan(&canaryV, &canaries)
+	switch {
+	case isNoRows(err):
+	case err != nil:
+		return fmt.Errorf("read canary: %w", err)
+	default:
+		if next.canary, err = s.snapshot(ctx, canaryV, old); err != nil {
+			return err
+		}
+		for _, g := range canaries {
+			next.canaries[g] = true
+		}
+	}
+	if next.fleet, err = s.countFleet(ctx); err != nil {
+		return err
+	}
+	s.state.Store(next)
+	s.metrics.observe(next)
+	if !sameState(old, next) {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	return nil
+}
+
+// snapshot returns version v, from old when it already holds it.
+func (s *Service) snapshot(ctx context.Context, v int64, old *state) (*snap, error) {
+	for _, o := range []*snap{old.stable, old.canary} {
+		if o != nil && o.version == v {
+			return o, nil
+		}
+	}
+	sn := &snap{version: v}
+	err := s.pool.QueryRow(ctx, "SELECT hash, document FROM snapshots WHERE version = $1", v).Scan(&sn.hash, &sn.doc)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot %d: %w", v, err)
+	}
+	return sn, nil
+}
+
+func (s *Service) countFleet(ctx context.Context) (rulesync.Fleet, error) {
+	rows, err := s.pool.Query(ctx, `SELECT region, count(*) FROM gateways
+		WHERE last_seen > now() - make_interval(secs => $1) GROUP BY region`, s.cfg.GatewayTTL.Seconds())
+	if err != nil {
+		return rulesync.Fleet{}, fmt.Errorf("count fleet: %w", err)
+	}
+	f := rulesync.Fleet{Regions: map[string]int{}}
+	var region string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&region, &n}, func() error {
+		f.Total += n
+		f.Regions[region] = n
+		return nil
+	})
+	if err != nil {
+		return rulesync.Fleet{}, fmt.Errorf("count fleet: %w", err)
+	}
+	return f, nil
+}
+
+func sameState(a, b *state) bool {
+	ver := func(s *snap) int64 {
+		if s == nil {
+			return 0
+		}
+		return s.version
+	}
+	if ver(a.stable) != ver(b.stable) || ver(a.canary) != ver(b.canary) || len(a.canaries) != len(b.canaries) ||
+		a.fleet.Total != b.fleet.Total || len(a.fleet.Regions) != len(b.fleet.Regions) {
+		return false
+	}
+	for g := range a.canaries {
+		if !b.canaries[g] {
+			return false
+		}
+	}
+	for r, n := range a.fleet.Regions {
+		if b.fleet.Regions[r] != n {
+			return false
+		}
+	}
+	return true
+}
+
+// waitChange returns a channel closed at the next change of state.
+func (s *Service) waitChange() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}

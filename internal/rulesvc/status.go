@@ -1,0 +1,159 @@
+package rulesvc
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-rl/sluice/internal/rulesync"
+)
+
+// ShadowRule is what one shadow rule would have refused, summed over the
+// gateways' reports.
+type ShadowRule struct {
+	Rule        int64               `json:"rule"`
+	WouldRefuse int64               `json:"would_refuse"`
+	TopKeys     []rulesync.KeyCount `json:"top_keys"`
+}
+
+// shadowReport answers GET /admin/v1/shadow?since=DURATION (default 24h):
+// each shadow rule's would-be refusals, most first, with its top ten keys.
+func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string) error {
+	since := 24 * time.Hour
+	if v := r.URL.Query().Get("since"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return badRequest("since", "%q is not a positive duration", v)
+		}
+		since = d
+	}
+	ctx := r.Context()
+	rows, err := s.pool.Query(ctx, `SELECT rule_id, sum(hits)::bigint FROM shadow_hits
+		WHERE at >= now() - make_interval(secs => $1) GROUP BY rule_id ORDER BY 2 DESC, 1`, since.Seconds())
+	if err != nil {
+		return fmt.Errorf("read shadow hits: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ShadowRule, error) {
+		sr := ShadowRule{TopKeys: []rulesync.KeyCount{}}
+		err := row.Scan(&sr.Rule, &sr.WouldRefuse)
+		return sr, err
+	})
+	if err != nil {
+		return fmt.Errorf("read shadow hits: %w", err)
+	}
+	rows, err = s.pool.Query(ctx, `SELECT rule_id, key, total FROM (
+			SELECT rule_id, key, sum(hits)::bigint AS total,
+				row_number() OVER (PARTITION BY rule_id ORDER BY sum(hits) DESC, key) AS rank
+			FROM shadow_hits WHERE at >= now() - make_interval(secs => $1) AND key <> ''
+			GROUP BY rule_id, key) t
+		WHERE rank <= 10 ORDER BY rule_id, rank`, since.Seconds())
+	if err != nil {
+		return fmt.Errorf("read shadow keys: %w", err)
+	}
+	at := map[int64]int{}
+	for i, sr := range out {
+		at[sr.Rule] = i
+	}
+	var id int64
+	var kc rulesync.KeyCount
+	_, err = pgx.ForEachRow(rows, []any{&id, &kc.Key, &kc.Count}, func() error {
+		if i, ok := at[id]; ok {
+			out[i].TopKeys = append(out[i].TopKeys, kc)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read shadow keys: %w", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"since": since.String(), "rules": out})
+	return nil
+}
+
+// Rollout is one version's rollout as the admin API shows it.
+type Rollout struct {
+	Version int64 `json:"version"`
+	// State is canary, promoted, halted or superseded.
+	State     string     `json:"state"`
+	Emergency bool       `json:"emergency,omitempty"`
+	Canaries  []string   `json:"canaries"`
+	StartedAt time.Time  `json:"started_at"`
+	DecidedAt *time.Time `json:"decided_at,omitempty"`
+	// Reason says why it was promoted, halted or superseded.
+	Reason string `json:"reason,omitempty"`
+	// Canary and Rest are the decisions reported since the canary started,
+	// for the running canary only.
+	Canary *Side `json:"canary_counts,omitempty"`
+	Rest   *Side `json:"rest_counts,omitempty"`
+}
+
+// RolloutStatus is the answer of GET /admin/v1/rollout.
+type RolloutStatus struct {
+	// Stable is the version every gateway outside the canary runs.
+	Stable int64 `json:"stable_version"`
+	// Rollouts are the newest twenty, newest first.
+	Rollouts []Rollout `json:"rollouts"`
+}
+
+func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) error {
+	ctx := r.Context()
+	var st RolloutStatus
+	if err := s.pool.QueryRow(ctx, "SELECT max(version) FROM rollouts WHERE state = 'promoted'").Scan(&st.Stable); err != nil {
+		return fmt.Errorf("read stable version: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT version, state, emergency, canaries, started_at, decided_at, reason
+		FROM rollouts ORDER BY version DESC LIMIT 20`)
+	if err != nil {
+		return fmt.Errorf("read rollouts: %w", err)
+	}
+	st.Rollouts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Rollout, error) {
+		var ro Rollout
+		err := row.Scan(&ro.Version, &ro.State, &ro.Emergency, &ro.Canaries, &ro.StartedAt, &ro.DecidedAt, &ro.Reason)
+		return ro, err
+	})
+	if err != nil {
+		return fmt.Errorf("read rollouts: %w", err)
+	}
+	for i := range st.Rollouts {
+		ro := &st.Rollouts[i]
+		if ro.State != "canary" {
+			continue
+		}
+		can, rest, err := canaryCounts(ctx, s.pool, ro.Version, ro.Canaries, ro.StartedAt)
+		if err != nil {
+			return err
+		}
+		ro.Canary, ro.Rest = &can, &rest
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// Gateway is one subscribed gateway.
+type Gateway struct {
+	ID       string    `json:"id"`
+	Region   string    `json:"region"`
+	Version  int64     `json:"version"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// fleet answers GET /admin/v1/fleet: the subscribed gateways and the
+// version each last said it runs.
+func (s *Service) fleet(w http.ResponseWriter, r *http.Request, _ string) error {
+	rows, err := s.pool.Query(r.Context(), `SELECT id, region, version, last_seen FROM gateways
+		WHERE last_seen > now() - make_interval(secs => $1) ORDER BY region, id`, s.cfg.GatewayTTL.Seconds())
+	if err != nil {
+		return fmt.Errorf("read gateways: %w", err)
+	}
+	gws, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Gateway])
+	if err != nil {
+		return fmt.Errorf("read gateways: %w", err)
+	}
+	f := rulesync.Fleet{Total: len(gws), Regions: map[string]int{}}
+	for _, g := range gws {
+		f.Regions[g.Region]++
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"fleet": f, "gateways": gws})
+	return nil
+}

@@ -1,0 +1,96 @@
+package rulesync
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// The paths of the rules service that gateways use, below its base URL.
+const (
+	// SnapshotPath answers GET with the snapshot a gateway should run:
+	// ?after=VERSION&gateway=ID&region=REGION&wait=DURATION. It answers at
+	// once when that snapshot differs from VERSION, else holds the request
+	// until it does or wait passes, then answers 304 Not Modified.
+	SnapshotPath = "/v1/snapshot"
+	// ReportPath takes a POSTed [Report].
+	ReportPath = "/v1/report"
+	// FleetHeader carries the [Fleet] as JSON on every snapshot answer,
+	// 304 included, so fleet counts stay fresh between versions.
+	FleetHeader = "Sluice-Fleet"
+)
+
+// MaxGatewayID is the longest gateway ID the service accepts, in bytes.
+const MaxGatewayID = 128
+
+// Snapshot is the body of a 200 answer from SnapshotPath: one immutable,
+// versioned rule set.
+type Snapshot struct {
+	// Version orders snapshots; it comes from one database sequence.
+	Version int64 `json:"version"`
+	// Hash is rules.Set.Hash of Document: the client checks it after
+	// compiling, so a damaged body is never swapped in.
+	Hash string `json:"hash"`
+	// Canary is true when this gateway was chosen to try the version
+	// before the rest of the fleet.
+	Canary bool `json:"canary,omitempty"`
+	// Fleet counts the gateways subscribed when the answer was written.
+	Fleet Fleet `json:"fleet"`
+	// Document is a rules.Document as JSON.
+	Document json.RawMessage `json:"document"`
+}
+
+// Fleet is how many gateways are subscribed to the rules service: those
+// that polled within the service's gateway TTL.
+type Fleet struct {
+	Total   int            `json:"total"`
+	Regions map[string]int `json:"regions,omitempty"`
+}
+
+// Report is what a gateway tells the service every report interval.
+type Report struct {
+	Gateway  string          `json:"gateway"`
+	Region   string          `json:"region,omitempty"`
+	Versions []VersionReport `json:"versions"`
+}
+
+// VersionReport counts the decisions a gateway made under one snapshot
+// version since its last report.
+type VersionReport struct {
+	Version  int64 `json:"version"`
+	Requests int64 `json:"requests"`
+	// Refused counts requests refused by enforced limits.
+	Refused int64 `json:"refused"`
+	// Shadow lists the shadow rules that would have refused a request.
+	Shadow []ShadowReport `json:"shadow,omitempty"`
+}
+
+// ShadowReport is what one shadow rule would have refused.
+type ShadowReport struct {
+	Rule        int64 `json:"rule"`
+	WouldRefuse int64 `json:"would_refuse"`
+	// TopKeys are the keys it would have refused most, most first. Their
+	// counts may add up to less than WouldRefuse.
+	TopKeys []KeyCount `json:"top_keys,omitempty"`
+}
+
+// KeyCount is one key's count.
+type KeyCount struct {
+	Key   string `json:"key"`
+	Count int64  `json:"count"`
+}
+
+// CheckGatewayID reports whether id can name a gateway: printable ASCII
+// without spaces, at most MaxGatewayID bytes.
+func CheckGatewayID(id string) error {
+	if id == "" {
+		return fmt.Errorf("gateway ID is empty")
+	}
+	if len(id) > MaxGatewayID {
+		return fmt.Errorf("gateway ID is %d bytes, longer than %d", len(id), MaxGatewayID)
+	}
+	if strings.IndexFunc(id, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
+		return fmt.Errorf("gateway ID %q may hold only printable ASCII without spaces", id)
+	}
+	return nil
+}
