@@ -1,0 +1,105 @@
+package redisstore
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+func TestEncode(t *testing.T) {
+	for _, c := range []struct{ key, want string }{
+		{"user1000", "=user1000"},
+		{"A-z_0.9~", "=A-z_0.9~"},
+		{"", "%"},
+		{"a b", "%YSBi"},
+		{"{a}", "%e2F9"},
+		{"a:s", "%YTpz"},
+		{"\x00", "%AA"},
+		{"\xff\xfe", "%__4"},
+		{"=user1000", "%PXVzZXIxMDAw"},
+		{"ключ", "%0LrQu9GO0Yc"},
+	} {
+		if got := string(appendEncoded(nil, c.key)); got != c.want {
+			t.Errorf("encode %q: got %q, want %q", c.key, got, c.want)
+		}
+	}
+}
+
+func TestKeyEndsWithBucketID(t *testing.T) {
+	for _, l := range []limit.Limit{
+		{Name: "s", Count: 1, Period: time.Second},
+		{Name: "login", Count: 5, Period: 15 * time.Minute, Algorithm: limit.TokenBucket},
+		{Name: "x.y-z", Count: 1, Period: time.Millisecond, Algorithm: limit.GCRA},
+		{Name: "d", Count: 1, Period: 24 * time.Hour, Algorithm: limit.SlidingLog},
+	} {
+		got := string(appendKey(nil, "sl:", "k", &l))
+		if want := "sl:{=k}:" + l.BucketID(); got != want {
+			t.Errorf("key of %v: got %q, want %q", l, got, want)
+		}
+	}
+}
+
+// TestCRC16 checks the checksum against the value the Redis Cluster
+// specification gives for "123456789".
+func TestCRC16(t *testing.T) {
+	if got := crc16(0, []byte("123456789")); got != 0x31c3 {
+		t.Errorf("crc16(123456789): got %#x, want 0x31c3", got)
+	}
+}
+
+// checkEncoding holds for any key: the encoding has no brace, and Slot is
+// the CRC16 of the encoding.
+func checkEncoding(t *testing.T, key string) string {
+	t.Helper()
+	enc := string(appendEncoded(nil, key))
+	if strings.ContainsAny(enc, "{}") {
+		t.Errorf("encoding of %q holds a brace: %q", key, enc)
+	}
+	if got, want := Slot(key), crc16(0, []byte(enc))%slots; got != want {
+		t.Errorf("Slot(%q): got %d, want %d, the slot of its encoding %q", key, got, want, enc)
+	}
+	return enc
+}
+
+func TestEncodingInjective(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	seen := map[string]string{}
+	for i := range 5000 {
+		b := make([]byte, rng.IntN(200))
+		for j := range b {
+			if i%3 == 0 {
+				b[j] = byte(rng.IntN(256))
+			} else {
+				b[j] = "ab=%{}-_.~AZ09"[rng.IntN(14)]
+			}
+		}
+		key := string(b)
+		enc := checkEncoding(t, key)
+		if other, ok := seen[enc]; ok && other != key {
+			t.Fatalf("keys %q and %q both encode to %q", key, other, enc)
+		}
+		seen[enc] = key
+	}
+}
+
+func FuzzEncoding(f *testing.F) {
+	for _, k := range []string{"", "a", "{a}", "=a", "%a", "\x00", strings.Repeat("x", 100)} {
+		f.Add(k, k+"}")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ea, eb := checkEncoding(t, a), checkEncoding(t, b)
+		if a != b && ea == eb {
+			t.Errorf("keys %q and %q both encode to %q", a, b, ea)
+		}
+	})
+}
+
+func TestSlotDoesNotAllocate(t *testing.T) {
+	long := strings.Repeat("\xff", 4096)
+	if n := testing.AllocsPerRun(100, func() { Slot("user1000"); Slot(long) }); n != 0 {
+		t.Errorf("Slot: %v allocations per run, want 0", n)
+	}
+}

@@ -1,0 +1,359 @@
+// Package redisstore is the limit.Store that keeps limit states in Redis, a
+// standalone server or a Redis Cluster, so that every gateway shares them.
+//
+// A Take is one script run on one Redis node: it refills, checks and takes
+// every limit of the request atomically, reading Redis's own clock. All
+// buckets of one request key share a hash tag, so they live in one cluster
+// slot and one script reaches them all. The script's arithmetic is the same
+// integer arithmetic as limit.Evaluate, so a decision never depends on which
+// store made it; the conformance suite in limit/limittest checks this.
+//
+// The client is rueidis: it pipelines concurrent commands on a few
+// connections per node without being asked, discovers a cluster from any
+// seed address and follows its slot map, and runs scripts by digest
+// (EVALSHA), sending the source only when a node answers NOSCRIPT.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Config configures a Store. Only Addrs is required; every other zero field
+// means its default.
+type Config struct {
+	// Addrs are Redis addresses, "host:port". One address is a standalone
+	// server unless it answers as a cluster node; several are seeds of a
+	// cluster. The client tells which by asking, so nothing here says.
+	Addrs []string
+	// Prefix starts every key the store writes, so that sluice can share a
+	// Redis with others. Empty means "sl:". It may not hold '{' or '}',
+	// which would move keys' hash tags.
+	Prefix string
+	// Now, when set, is the clock each Take sends to the script in place of
+	// Redis's own. It is for tests that drive a fake clock. Nil, as in
+	// production, means Redis's TIME: one clock for every gateway. Under a
+	// test clock, states are kept ten minutes longer than they need to be,
+	// because Redis still expires keys by real time.
+	Now func() time.Time
+	// Logger receives the store's rare events: connecting, topology
+	// refreshes. Nil discards them. Take never logs; it returns errors.
+	Logger *slog.Logger
+	// Username and Password authenticate each connection (AUTH). Empty
+	// means none.
+	Username, Password string
+	// DialTimeout bounds opening one connection. Zero means 1s.
+	DialTimeout time.Duration
+	// ConnTimeout is how long a connection may wait for a reply before it
+	// is closed as dead, failing every command in flight on it and making
+	// the client look up the cluster's topology again. Zero means 1s.
+	// Callers bound a single Take with its context; this is what notices a
+	// node that stopped answering altogether.
+	ConnTimeout time.Duration
+}
+
+const (
+	defaultPrefix      = "sl:"
+	defaultDialTimeout = time.Second
+	defaultConnTimeout = time.Second
+	// maxRedirects bounds how often one Take follows MOVED or ASK, so that a
+	// cluster being resharded in circles fails a Take rather than loops
+	// until its deadline, or forever without one.
+	maxRedirects = 5
+)
+
+// The errors of Take, for errors.Is. Each wraps the underlying cause too,
+// so errors.Is(err, context.DeadlineExceeded) and the like also work. A
+// cancelled context is reported as context.Canceled and none of these.
+var (
+	// ErrTimeout is a Take that got no answer in time: the context's
+	// deadline passed or a connection timed out. The script may or may not
+	// have run, so the tokens may have been taken.
+	ErrTimeout = errors.New("redis timed out")
+	// ErrUnavailable is a Take that could not reach a node able to serve
+	// the key: connection refused or lost, the cluster down or failing
+	// over (CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY), too many
+	// redirects, or the store closed.
+	ErrUnavailable = errors.New("redis unavailable")
+	// ErrReply is a Take that Redis answered, but with an error the store
+	// does not expect or a reply of the wrong shape: a bug, a script error,
+	// or a foreign value in one of the store's keys. It is not an outage.
+	ErrReply = errors.New("unexpected redis reply")
+)
+
+// Store is a limit.Store in Redis. It is safe for concurrent use. It owns
+// its client connections; Close releases them.
+type Store struct {
+	client rueidis.Client
+	script *rueidis.Lua
+	prefix string
+	now    func() time.Time
+	log    *slog.Logger
+	seeds  []string
+
+	scratch sync.Pool // *scratch, reused by Take to build its command
+
+	topo atomic.Pointer[topology] // slot owners as last read; see NodeAddr
+}
+
+var _ limit.Store = (*Store)(nil)
+
+// New connects to Redis and returns a Store. It fails if the configuration
+// is invalid or no address answers.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("redisstore: no Redis address configured")
+	}
+	for _, a := range cfg.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("redisstore: address %q: %w", a, err)
+		}
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = defaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q holds a brace, which would move every key's hash tag", prefix)
+	}
+	if cfg.DialTimeout < 0 || cfg.ConnTimeout < 0 {
+		return nil, fmt.Errorf("redisstore: negative timeout (dial %v, connection %v)", cfg.DialTimeout, cfg.ConnTimeout)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	src, err := takeScript()
+	if err != nil {
+		return nil, err
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: cfg.Addrs,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		ClientName:  "sluice",
+		Dialer:      net.Dialer{Timeout: orDefault(cfg.DialTimeout, defaultDialTimeout)},
+		// Every read of a limit is also a write, so client-side caching
+		// would never hit; it only costs memory and tracking messages.
+		DisableCache:     true,
+		ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
+		ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: connect to %v: %w: %w", cfg.Addrs, classify(err), err)
+	}
+	s := &Store{
+		client: client,
+		// Not NewLuaScriptRetryable: a take is not idempotent, so a script
+		// whose reply was lost must not run again.
+		script: rueidis.NewLuaScript(src),
+		prefix: prefix,
+		now:    cfg.Now,
+		log:    log,
+		seeds:  append([]string(nil), cfg.Addrs...),
+	}
+	s.scratch.New = func() any { return new(scratch) }
+	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redisstore: ping %v: %w: %w", cfg.Addrs, classify(err), err)
+	}
+	if err := s.RefreshNodes(ctx); err != nil {
+		client.Close()
+		return nil, err
+	}
+	log.Info("redis store connected", "mode", string(client.Mode()), "addrs", cfg.Addrs, "prefix", prefix)
+	return s, nil
+}
+
+// RedisKey returns the Redis key that holds limit l's state for request
+// key: <prefix>{<encoded key>}:<l.BucketID()>. The store never needs it from
+// outside; operators and tests use it to look at a bucket (GET, PTTL).
+func (s *Store) RedisKey(key string, l *limit.Limit) string {
+	return string(appendKey(nil, s.prefix, key, l))
+}
+
+// orDefault returns d, or def when d is zero.
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Close closes the store's connections, waiting for Takes in flight.
+// Takes after Close fail with ErrUnavailable.
+func (s *Store) Close() { s.client.Close() }
+
+// Cluster reports whether the store talks to a Redis Cluster.
+func (s *Store) Cluster() bool { return s.client.Mode() == rueidis.ClientModeCluster }
+
+// scratch is the memory one Take builds its command in. Pooled, it makes
+// the keys and arguments of a Take cost one allocation: all their bytes
+// go into buf, become one string, and keys and args slice it.
+type scratch struct {
+	buf  []byte
+	ends []int // end offset in buf of each key, then of each numeric argument
+	keys []string
+	args []string
+	outs []limit.Outcome
+}
+
+// build fills keys and args for req (see lua/take.lua for the layout).
+func (sc *scratch) build(prefix string, req *limit.Request, now int64) {
+	b, ends := sc.buf[:0], sc.ends[:0]
+	for i := range req.Limits {
+		b = appendKey(b, prefix, req.Key, &req.Limits[i])
+		ends = append(ends, len(b))
+	}
+	b = strconv.AppendInt(b, now, 10)
+	ends = append(ends, len(b))
+	b = strconv.AppendInt(b, req.EffectiveCost(), 10)
+	ends = append(ends, len(b))
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		b = strconv.AppendInt(b, l.Count, 10)
+		ends = append(ends, len(b))
+		b = strconv.AppendInt(b, l.PeriodMillis(), 10)
+		ends = append(ends, len(b))
+		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
+		ends = append(ends, len(b))
+	}
+	all := string(b)
+	n := len(req.Limits)
+	keys, args := sc.keys[:0], sc.args[:0]
+	start := 0
+	for _, end := range ends[:n] {
+		keys = append(keys, all[start:end])
+		start = end
+	}
+	num := ends[n:]
+	next := func() string {
+		s := all[start:num[0]]
+		start, num = num[0], num[1:]
+		return s
+	}
+	args = append(args, next(), next())
+	for i := range req.Limits {
+		args = append(args, string(req.Limits[i].Alg()), next(), next(), next())
+	}
+	sc.buf, sc.ends, sc.keys, sc.args = b, ends, keys, args
+}
+
+// maxPooledBuf is the largest command buffer kept for reuse: one request
+// with a huge key should not pin its buffer for good.
+const maxPooledBuf = 16 << 10
+
+func (s *Store) putScratch(sc *scratch) {
+	if cap(sc.buf) > maxPooledBuf {
+		return
+	}
+	// Drop the string references so the pool does not keep them alive.
+	clear(sc.keys)
+	clear(sc.args)
+	s.scratch.Put(sc)
+}
+
+// Take implements limit.Store: one script run on the node that holds the
+// request key's slot. Errors wrap ErrTimeout, ErrUnavailable or ErrReply,
+// except an invalid request, which is refused before any I/O.
+func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return limit.Decision{}, err
+	}
+	var now int64 // 0 asks the script to read Redis's clock
+	if s.now != nil {
+		if now = s.now().UnixMilli(); now <= 0 {
+			return limit.Decision{}, fmt.Errorf("redisstore: clock reads %d ms, not after the Unix epoch", now)
+		}
+	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.putScratch(sc)
+	sc.build(s.prefix, req, now)
+	resp := s.script.Exec(ctx, s.client, sc.keys, sc.args)
+	if err := resp.Error(); err != nil {
+		return limit.Decision{}, fmt.Errorf("redisstore: take in slot %d: %w: %w", Slot(req.Key), classify(err), err)
+	}
+	msgs, err := resp.ToArray()
+	var outs []limit.Outcome
+	if err == nil {
+		outs, err = outcomes(sc.outs[:0], msgs, len(req.Limits))
+		sc.outs = outs
+	}
+	if err != nil {
+		return limit.Decision{}, fmt.Errorf("redisstore: take in slot %d: %w: %w", Slot(req.Key), ErrReply, err)
+	}
+	return limit.Decide(outs), nil
+}
+
+// outcomes checks the script's reply for n limits and converts it, so that
+// limit.Decide combines it as it does for every store.
+func outcomes(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int) ([]limit.Outcome, error) {
+	if len(msgs) != 1+4*n {
+		return outs, fmt.Errorf("reply has %d elements, want %d for %d limits", len(msgs), 1+4*n, n)
+	}
+	var v [4]int64
+	for i := range msgs {
+		if !msgs[i].IsInt64() {
+			return outs, fmt.Errorf("reply element %d is not an integer", i)
+		}
+	}
+	all, _ := msgs[0].ToInt64()
+	allowedAll := int64(1)
+	for i := range n {
+		for j := range v {
+			v[j], _ = msgs[1+4*i+j].ToInt64()
+		}
+		allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
+		switch {
+		case allowed != 0 && allowed != 1:
+			return outs, fmt.Errorf("limit %d: allowed is %d, want 0 or 1", i, allowed)
+		case remaining < 0 || reset < 0:
+			return outs, fmt.Errorf("limit %d: remaining %d and reset %d ms must not be negative", i, remaining, reset)
+		case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
+			return outs, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
+		}
+		allowedAll &= allowed
+		outs = append(outs, limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset})
+	}
+	if all != allowedAll {
+		return outs, fmt.Errorf("reply says allowed %d, its limits say %d", all, allowedAll)
+	}
+	return outs, nil
+}
+
+// classify maps an error from the client to ErrTimeout, ErrUnavailable or
+// ErrReply, or to context.Canceled for a caller that gave up.
+func classify(err error) error {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return context.Canceled
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &netErr) && netErr.Timeout():
+		return ErrTimeout
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		_, moved := re.IsRedirect()
+		if moved || re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() ||
+			strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "READONLY") {
+			return ErrUnavailable
+		}
+		return ErrReply
+	}
+	// Anything else is the transport: refused, reset, closed, no address.
+	return ErrUnavailable
+}

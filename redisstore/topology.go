@@ -1,0 +1,109 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+// topology is which node serves each slot, as one CLUSTER SLOTS reply said.
+type topology struct {
+	addrs []string
+	owner [slots]uint16 // index into addrs plus one; 0 for a slot nobody serves
+}
+
+// NodeAddr returns the address of the primary that served slot when the
+// store last read the cluster's slot map (at New, then at each
+// RefreshNodes), or "" if no node served it then. On a standalone server
+// every slot is that server's. It does no I/O, so a per-node circuit
+// breaker may call it on every request: NodeAddr(Slot(key)).
+//
+// The client follows the cluster on its own (MOVED replies, lost
+// connections), but rueidis does not expose its slot map, so the store
+// keeps this copy; after a failover it names the old primary until
+// RefreshNodes runs. Callers that key state by node should refresh when
+// they see a node fail, or on a timer.
+func (s *Store) NodeAddr(slot uint16) string {
+	t := s.topo.Load()
+	if int(slot) >= len(t.owner) || t.owner[slot] == 0 {
+		return ""
+	}
+	return t.addrs[t.owner[slot]-1]
+}
+
+// RefreshNodes reads the cluster's slot map again (CLUSTER SLOTS, from any
+// node) for NodeAddr. On a standalone server there is nothing to read.
+func (s *Store) RefreshNodes(ctx context.Context) error {
+	t := &topology{}
+	if !s.Cluster() {
+		t.addrs = s.seeds[:1]
+		for i := range t.owner {
+			t.owner[i] = 1
+		}
+		s.topo.Store(t)
+		return nil
+	}
+	resp := s.client.Do(ctx, s.client.B().ClusterSlots().Build())
+	if err := resp.Error(); err != nil {
+		return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", classify(err), err)
+	}
+	rows, err := resp.ToArray()
+	if err != nil {
+		return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", ErrReply, err)
+	}
+	index := map[string]uint16{}
+	for _, row := range rows {
+		first, last, addr, err := slotRow(row)
+		if err != nil {
+			return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", ErrReply, err)
+		}
+		i, ok := index[addr]
+		if !ok {
+			t.addrs = append(t.addrs, addr)
+			i = uint16(len(t.addrs))
+			index[addr] = i
+		}
+		for sl := first; sl <= last; sl++ {
+			t.owner[sl] = i
+		}
+	}
+	if old := s.topo.Load(); old == nil || !slices.Equal(old.addrs, t.addrs) || old.owner != t.owner {
+		s.log.Info("redis cluster slot map read", "primaries", t.addrs)
+	}
+	s.topo.Store(t)
+	return nil
+}
+
+// slotRow reads one CLUSTER SLOTS row: [first, last, [ip, port, ...], replicas...].
+func slotRow(row rueidis.RedisMessage) (first, last int64, addr string, err error) {
+	f, err := row.ToArray()
+	if err != nil || len(f) < 3 {
+		return 0, 0, "", fmt.Errorf("row is not [first last primary ...]: %v", err)
+	}
+	if first, err = f[0].ToInt64(); err != nil {
+		return 0, 0, "", fmt.Errorf("first slot: %w", err)
+	}
+	if last, err = f[1].ToInt64(); err != nil {
+		return 0, 0, "", fmt.Errorf("last slot: %w", err)
+	}
+	if first < 0 || last < first || last >= slots {
+		return 0, 0, "", fmt.Errorf("slot range %d-%d is not within 0-%d", first, last, slots-1)
+	}
+	node, err := f[2].ToArray()
+	if err != nil || len(node) < 2 {
+		return 0, 0, "", fmt.Errorf("primary is not [ip port ...]: %v", err)
+	}
+	ip, err := node[0].ToString()
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("primary ip: %w", err)
+	}
+	port, err := node[1].ToInt64()
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("primary port: %w", err)
+	}
+	return first, last, net.JoinHostPort(ip, strconv.FormatInt(port, 10)), nil
+}
