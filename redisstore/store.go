@@ -63,12 +63,18 @@ type Config struct {
 	// Callers bound a single Take with its context; this is what notices a
 	// node that stopped answering altogether.
 	ConnTimeout time.Duration
+	// RefreshInterval is how often the store reads a cluster's slot map
+	// again for NodeAddr, so that it names a failed-over slot's new
+	// primary. Zero means 5s; negative means never (call RefreshNodes).
+	// A standalone server has no slot map to read.
+	RefreshInterval time.Duration
 }
 
 const (
 	defaultPrefix      = "sl:"
 	defaultDialTimeout = time.Second
 	defaultConnTimeout = time.Second
+	defaultRefresh     = 5 * time.Second
 	// maxRedirects bounds how often one Take follows MOVED or ASK, so that a
 	// cluster being resharded in circles fails a Take rather than loops
 	// until its deadline, or forever without one.
@@ -107,6 +113,10 @@ type Store struct {
 	scratch sync.Pool // *scratch, reused by Take to build its command
 
 	topo atomic.Pointer[topology] // slot owners as last read; see NodeAddr
+
+	stopRefresh context.CancelFunc // ends the refresh loop; nil without one
+	refreshDone chan struct{}      // closed when the refresh loop has ended
+	closeOnce   sync.Once
 }
 
 var _ limit.Store = (*Store)(nil)
@@ -174,6 +184,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		client.Close()
 		return nil, err
 	}
+	if every := orDefault(cfg.RefreshInterval, defaultRefresh); every > 0 && s.Cluster() {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopRefresh, s.refreshDone = cancel, make(chan struct{})
+		go s.refreshEvery(ctx, every)
+	}
 	log.Info("redis store connected", "mode", string(client.Mode()), "addrs", cfg.Addrs, "prefix", prefix)
 	return s, nil
 }
@@ -193,9 +208,18 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Close closes the store's connections, waiting for Takes in flight.
-// Takes after Close fail with ErrUnavailable.
-func (s *Store) Close() { s.client.Close() }
+// Close stops the store's slot map refreshes and closes its connections,
+// waiting for Takes in flight. Takes after Close fail with ErrUnavailable.
+// Closing twice does nothing more.
+func (s *Store) Close() {
+	s.closeOnce.Do(func() {
+		if s.stopRefresh != nil {
+			s.stopRefresh()
+			<-s.refreshDone
+		}
+		s.client.Close()
+	})
+}
 
 // Cluster reports whether the store talks to a Redis Cluster.
 func (s *Store) Cluster() bool { return s.client.Mode() == rueidis.ClientModeCluster }

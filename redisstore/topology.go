@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -24,9 +25,9 @@ type topology struct {
 //
 // The client follows the cluster on its own (MOVED replies, lost
 // connections), but rueidis does not expose its slot map, so the store
-// keeps this copy; after a failover it names the old primary until
-// RefreshNodes runs. Callers that key state by node should refresh when
-// they see a node fail, or on a timer.
+// keeps this copy, read again every Config.RefreshInterval: after a
+// failover it names the old primary until then. Callers may call
+// RefreshNodes sooner, for example when a node's breaker opens.
 func (s *Store) NodeAddr(slot uint16) string {
 	t := s.topo.Load()
 	if int(slot) >= len(t.owner) || t.owner[slot] == 0 {
@@ -106,4 +107,26 @@ func slotRow(row rueidis.RedisMessage) (first, last int64, addr string, err erro
 		return 0, 0, "", fmt.Errorf("primary port: %w", err)
 	}
 	return first, last, net.JoinHostPort(ip, strconv.FormatInt(port, 10)), nil
+}
+
+// refreshEvery reads the slot map every interval until ctx ends. A failed
+// read keeps the last map: NodeAddr then names nodes as they were, which is
+// the best guess while the cluster is unreachable.
+func (s *Store) refreshEvery(ctx context.Context, every time.Duration) {
+	defer close(s.refreshDone)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := s.RefreshNodes(rctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("redis cluster slot map not refreshed", "err", err)
+		}
+	}
 }
