@@ -1,0 +1,125 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/limit/limittest"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// redisBackends are the Redis deployments the gateway is tested against;
+// each returns seed addresses of a server started for the test.
+var redisBackends = []struct {
+	name  string
+	addrs func(t *testing.T) []string
+}{
+	{"standalone", func(t *testing.T) []string { return []string{redistest.Standalone(t).Addr()} }},
+	{"cluster", func(t *testing.T) []string { return redistest.StartCluster(t, 3, 0).Addrs() }},
+}
+
+// newRedisStore connects a store of its own to addrs, on clock's time when
+// clock is not nil.
+func newRedisStore(t *testing.T, addrs []string, clock *limittest.Clock) *redisstore.Store {
+	t.Helper()
+	cfg := redisstore.Config{Addrs: addrs}
+	if clock != nil {
+		cfg.Now = clock.Now
+	}
+	s, err := redisstore.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestRedis(t *testing.T) {
+	for _, be := range redisBackends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			addrs := be.addrs(t)
+			t.Run("ExactBurstAcrossTwoLimiters", func(t *testing.T) { testExactBurstAcrossTwoLimiters(t, addrs) })
+			t.Run("HeadersOfASequence", func(t *testing.T) { testRedisHeaders(t, addrs) })
+		})
+	}
+}
+
+func testExactBurstAcrossTwoLimiters(t *testing.T, addrs []string) {
+	// Two gateways, each with its own connections to Redis and Redis's
+	// clock, share every key's burst of 10 exactly, however the requests
+	// interleave. The bucket refills once an hour, so not during the test.
+	const hourly = "rules: [{scope: default, limits: [{name: h, rate: 1, per: 1h, burst: 10}]}]"
+	var gws []*testGateway
+	for range 2 {
+		s := newRedisStore(t, addrs, nil)
+		gws = append(gws, newTestGateway(t, hourly, func(c *gateway.Config) { c.Store = s; c.Now = nil }))
+	}
+	const burst, perKey, clients = 10, 24, 4
+	keys := []string{"red-1", "red-2", "red-3", "red-4"}
+	var mu sync.Mutex
+	allowed, refused := map[string]int{}, map[string]int{}
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := range perKey / clients {
+				for _, k := range keys {
+					req, _ := http.NewRequest("GET", gws[(c+i)%2].srv.URL+"/", nil)
+					req.Header.Set("X-API-Key", k)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+					mu.Lock()
+					switch resp.StatusCode {
+					case 200:
+						allowed[k]++
+					case 429:
+						refused[k]++
+					default:
+						t.Errorf("key %s: status %d, want 200 or 429", k, resp.StatusCode)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, k := range keys {
+		if allowed[k] != burst || refused[k] != perKey-burst {
+			t.Errorf("key %s over two limiters: %d allowed, %d refused; want exactly %d and %d",
+				k, allowed[k], refused[k], burst, perKey-burst)
+		}
+	}
+}
+
+func testRedisHeaders(t *testing.T, addrs []string) {
+	// The same sequence as TestHeadersOfASequence, counted in Redis on a
+	// stopped test clock: the headers must not depend on the store.
+	clock := limittest.NewClock(start)
+	s := newRedisStore(t, addrs, clock)
+	g := newTestGateway(t, testRules, func(c *gateway.Config) { c.Store = s; c.Now = clock.Now })
+	key := fmt.Sprintf("redis-seq-%s", t.Name())
+	for i := 1; i <= 10; i++ {
+		resp, _ := g.do(t, "GET", "/", "X-API-Key", key)
+		reset := (200*i + 999) / 1000
+		want := [5]string{`"s";q=10;w=2`, fmt.Sprintf(`"s";r=%d;t=%d`, 10-i, reset), "10", fmt.Sprint(10 - i), fmt.Sprint(reset)}
+		if got := rateHeaders(resp.Header); resp.StatusCode != 200 || got != want {
+			t.Errorf("request %d: status %d headers %q, want 200 %q", i, resp.StatusCode, got, want)
+		}
+	}
+	resp, body := g.do(t, "GET", "/", "X-API-Key", key)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("request 11: status %d Retry-After %q, want 429 and 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if p := decodeProblem(t, resp, body); p.RetryAfterMillis != 200 || p.Limit != "s" {
+		t.Errorf("problem %+v, want limit s and retry_after_ms 200", p)
+	}
+}
