@@ -713,3 +713,34 @@ func TestNewValidates(t *testing.T) {
 		})
 	}
 }
+
+func TestPolicyOfEachAlgorithm(t *testing.T) {
+	// A bucket's quota is its burst over the time it takes to fill; a
+	// window's is its count over its period.
+	tests := []struct {
+		alg, limit string
+		wantPolicy string
+		wantRL     string
+	}{
+		{"token_bucket", "{name: a, rate: 10, per: 1m, burst: 5}", `"a";q=5;w=30`, `"a";r=4;t=6`},
+		{"gcra", "{name: a, rate: 10, per: 1m, burst: 5, algorithm: gcra}", `"a";q=5;w=30`, `"a";r=4;t=6`},
+		{"fixed_window", "{name: a, rate: 10, per: 1m, algorithm: fixed_window}", `"a";q=10;w=60`, `"a";r=9;t=60`},
+		{"sliding_window", "{name: a, rate: 10, per: 1m, algorithm: sliding_window}", `"a";q=10;w=60`, `"a";r=9;t=60`},
+		{"sliding_log", "{name: a, rate: 10, per: 1m, algorithm: sliding_log}", `"a";q=10;w=60`, `"a";r=9;t=60`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.alg, func(t *testing.T) {
+			g := newTestGateway(t, "rules: [{scope: default, limits: ["+tt.limit+"]}]", nil)
+			resp, _ := g.do(t, "GET", "/", "X-API-Key", "k")
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d, want 200", resp.StatusCode)
+			}
+			if got := resp.Header.Get("RateLimit-Policy"); got != tt.wantPolicy {
+				t.Errorf("RateLimit-Policy %q, want %q", got, tt.wantPolicy)
+			}
+			if got := resp.Header.Get("RateLimit"); got != tt.wantRL {
+				t.Errorf("RateLimit %q, want %q", got, tt.wantRL)
+			}
+		})
+	}
+}
