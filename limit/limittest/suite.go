@@ -29,6 +29,10 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("KeysIsolated", func(t *testing.T) { testKeysIsolated(t, newStore) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("MatchesModel", func(t *testing.T) { testMatchesModel(t, newStore) })
+	t.Run("Windows", func(t *testing.T) { testWindows(t, newStore) })
+	t.Run("MixedAllOrNothing", func(t *testing.T) { testMixedAllOrNothing(t, newStore) })
+	t.Run("ConcurrentAlgorithms", func(t *testing.T) { testConcurrentAlgorithms(t, newStore) })
+	t.Run("MatchesModelMixed", func(t *testing.T) { testMatchesModelMixed(t, newStore) })
 }
 
 // uniqueKey returns a key no other test uses, so stores may be shared.
@@ -50,7 +54,8 @@ func perSecond(name string, rate, burst int64) limit.Limit {
 }
 
 func testBurstThenRefuse(t *testing.T, newStore Factory) {
-	for _, alg := range []limit.Algorithm{limit.TokenBucket} {
+	// GCRA is the token bucket kept as one timestamp: the same answers.
+	for _, alg := range []limit.Algorithm{limit.TokenBucket, limit.GCRA} {
 		t.Run(string(alg), func(t *testing.T) {
 			clk := NewClock(start)
 			s := newStore(t, clk.Now)
@@ -156,6 +161,19 @@ func testCost(t *testing.T, newStore Factory) {
 	req.Cost = 13
 	if d := take(t, s, req); d.Allowed || d.RetryAfter != limit.Never {
 		t.Errorf("cost 13 on a burst of 12: allowed %v retry %v, want refused with Never", d.Allowed, d.RetryAfter)
+	}
+	// Every algorithm refuses a cost above its capacity for good, and takes
+	// costs up to it whole.
+	for _, alg := range limit.Algorithms {
+		l := limit.Limit{Name: "c", Count: 12, Period: time.Minute, Algorithm: alg}
+		req := &limit.Request{Key: uniqueKey(t, string(alg)), Cost: 13, Limits: []limit.Limit{l}}
+		if d := take(t, s, req); d.Allowed || d.RetryAfter != limit.Never || d.Remaining != 12 {
+			t.Errorf("%s: cost 13 on a capacity of 12: allowed %v retry %v remaining %d, want refused, Never, 12 left", alg, d.Allowed, d.RetryAfter, d.Remaining)
+		}
+		req.Cost = 12
+		if d := take(t, s, req); !d.Allowed || d.Remaining != 0 {
+			t.Errorf("%s: cost 12 on a capacity of 12: allowed %v remaining %d, want allowed with 0 left", alg, d.Allowed, d.Remaining)
+		}
 	}
 }
 

@@ -1,0 +1,59 @@
+-- alg_gcra.lua: GCRA, the generic cell rate algorithm, as limit/gcra.go gcra.
+--
+-- GCRA is the token bucket kept as one timestamp, the theoretical arrival
+-- time (TAT): when the bucket would be full again. What the bucket lacks
+-- is the debt TAT - now, so it answers exactly as the token bucket with the
+-- same rate and burst, from one number instead of two.
+--
+-- Time is counted in units of 1/per_ms ms, where per_ms = count / g and
+-- g = gcd(count, period): a millisecond is per_ms units and a token is
+-- per_token = period / g units, so every step is an integer. Dividing by g
+-- keeps the timestamps small; limit.Validate refuses rates whose timestamps
+-- would pass 2^53 before 2109.
+--
+-- State: one string, the TAT, written with SET ... PX.
+
+-- gcra_gcd returns the greatest common divisor of a, b > 0. math.fmod is
+-- C's fmod, exact for doubles, so this is Go's a % b loop.
+local function gcra_gcd(a, b)
+  while b ~= 0 do
+    a, b = b, math.fmod(a, b)
+  end
+  return a
+end
+
+ALGS['gcra'] = function(key, now, cost, count, period, burst)
+  local g = gcra_gcd(count, period)
+  -- g divides both exactly, so these quotients are exact integers.
+  local per_ms, per_token = count / g, period / g
+  local capacity = burst * per_token
+  local at = now * per_ms
+  local debt = 0 -- a key never seen, or expired, is a full bucket
+  local stored = redis.call('GET', key)
+  if stored then
+    local tat = tonumber(string.match(stored, '^(%d+)$'))
+    if not tat then
+      bad_state(key, stored)
+    end
+    if tat > at then
+      debt = tat - at
+    end
+  end
+  local reset = ceildiv(debt, per_ms)
+  -- A burst lowered since the last take can leave more debt than the new
+  -- capacity: then nothing is left, and the debt drains at the usual rate.
+  local remaining = floordiv(math.max(capacity - debt, 0), per_token)
+  if cost > burst then
+    return 0, remaining, -1, reset, nil
+  end
+  local need = cost * per_token
+  if debt + need > capacity then
+    return 0, remaining, ceildiv(debt + need - capacity, per_ms), reset, nil
+  end
+  debt = debt + need
+  reset = ceildiv(debt, per_ms)
+  local tat = at + debt
+  return 1, floordiv(capacity - debt, per_token), 0, reset, function()
+    redis.call('SET', key, int_str(tat), 'PX', int_str(expire_ms(math.max(reset, 1))))
+  end
+end

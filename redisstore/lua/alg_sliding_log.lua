@@ -1,0 +1,88 @@
+-- alg_sliding_log.lua: the sliding log, as limit/window.go slidingLog.
+--
+-- Exact: one entry per admitted token, its time in ms, and a request fits
+-- if the entries younger than one period plus its cost are at most count.
+-- Refused requests add nothing, so a key far over its limit still holds at
+-- most count entries (limit.Validate caps count at 10,000).
+--
+-- State: a Redis list of times, oldest first, under the key. A list rather
+-- than a sorted set: entries arrive in time order, so the dead ones are a
+-- prefix, and a list stores one small integer per token where a sorted set
+-- needs unique members and a score each.
+--
+-- The algorithm reads only what it needs: the newest entry, then the list
+-- from the left until the first live entry (in steady traffic only a few
+-- have died since the last take), and for a refusal the one entry whose
+-- departure makes room. The whole list is never sent to the script.
+
+ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
+  local n = redis.call('LLEN', key)
+  local first = n + 1 -- index (1-based) of the oldest live entry
+  local oldest
+  if n > 0 then
+    local newest = tonumber(redis.call('LINDEX', key, -1))
+    if not newest then
+      bad_state(key, redis.call('LINDEX', key, -1))
+    end
+    -- A clock that stepped back stands still at the newest entry, which
+    -- keeps the list in time order.
+    if newest > now then
+      now = newest
+    end
+    local from, chunk = 0, 16
+    while from < n and not oldest do
+      local part = redis.call('LRANGE', key, from, from + chunk - 1)
+      if #part == 0 then
+        break
+      end
+      for i = 1, #part do
+        local t = tonumber(part[i])
+        if not t then
+          bad_state(key, part[i])
+        end
+        if t > now - period then
+          first, oldest = from + i, t
+          break
+        end
+      end
+      from = from + #part
+      chunk = chunk * 4
+    end
+  end
+  local live = n - first + 1
+  local reset = 0
+  if oldest then
+    reset = oldest + period - now
+  end
+  local remaining = math.max(count - live, 0)
+  if cost > count then
+    return 0, remaining, -1, reset, nil
+  end
+  if live + cost > count then
+    -- cost <= count, so the entry whose departure makes room is live.
+    local leave = tonumber(redis.call('LINDEX', key, first + live + cost - count - 2))
+    return 0, remaining, leave + period - now, reset, nil
+  end
+  return 1, remaining - cost, 0, (oldest or now) + period - now, function()
+    if first > n then
+      if n > 0 then
+        redis.call('DEL', key)
+      end
+    elseif first > 1 then
+      redis.call('LTRIM', key, first - 1, -1)
+    end
+    -- RPUSH in batches: unpacking thousands of values would overflow the
+    -- Lua C stack.
+    local stamp = int_str(now)
+    local left = cost
+    while left > 0 do
+      local batch = {}
+      for i = 1, math.min(left, 1000) do
+        batch[i] = stamp
+      end
+      redis.call('RPUSH', key, unpack(batch))
+      left = left - #batch
+    end
+    redis.call('PEXPIRE', key, int_str(expire_ms(period)))
+  end
+end

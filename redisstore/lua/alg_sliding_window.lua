@@ -1,0 +1,62 @@
+-- alg_sliding_window.lua: the sliding window counter, as limit/window.go
+-- slidingWindow.
+--
+-- Estimates the tokens taken in the last period from two calendar-window
+-- counters: the current window's count plus the previous window's count
+-- weighted by the share of it the rolling window still overlaps, rounded
+-- up. All of it in integers: the weight is prev * (period - elapsed), and
+-- only its ceiling over period is compared, so the estimate agrees with Go
+-- exactly.
+--
+-- State: one string "<window start ms> <tokens this window> <tokens the
+-- window before>", written with SET ... PX.
+
+ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
+  local stored_ws, stored_cur, stored_prev
+  local stored = redis.call('GET', key)
+  if stored then
+    local a, b, c = string.match(stored, '^(%d+) (%d+) (%d+)$')
+    if not a then
+      bad_state(key, stored)
+    end
+    stored_ws, stored_cur, stored_prev = tonumber(a), tonumber(b), tonumber(c)
+    -- A clock that stepped back stands still at the stored window.
+    if stored_ws > now then
+      now = stored_ws
+    end
+  end
+  local ws = floordiv(now, period) * period
+  local cur, prev = 0, 0
+  if stored_ws == ws then
+    cur, prev = stored_cur, stored_prev
+  elseif stored_ws == ws - period then
+    prev = stored_cur
+  end
+  local e = now - ws
+  local used = cur + ceildiv(prev * (period - e), period)
+  local reset = ws + period - now
+  local remaining = math.max(count - used, 0)
+  if cost > count then
+    return 0, remaining, -1, reset, nil
+  end
+  if used + cost > count then
+    local retry
+    if cur + cost > count then
+      -- The current window alone is too full: wait into the next one, where
+      -- this window's count is the weighted one, until
+      -- cur * (period - e') / period <= count - cost. cur > 0 here.
+      retry = reset + period - floordiv((count - cost) * period, cur)
+    else
+      -- Only the previous window's share is in the way (prev > 0): wait
+      -- until prev * (period - e') / period <= count - cur - cost.
+      retry = period - floordiv((count - cur - cost) * period, prev) - e
+    end
+    return 0, remaining, retry, reset, nil
+  end
+  cur = cur + cost
+  return 1, remaining - cost, 0, reset, function()
+    -- This window's count weighs on the next one too: keep it until then.
+    redis.call('SET', key, int_str(ws) .. ' ' .. int_str(cur) .. ' ' .. int_str(prev),
+      'PX', int_str(expire_ms(reset + period)))
+  end
+end
