@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/bench"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// runBench measures decision latency and throughput: of a store (in-process,
+// or Redis with --redis) called directly, or of an HTTP endpoint with --url,
+// optionally beside a baseline URL measured in the same run.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	redisAddrs := fs.String("redis", "", "Redis address or cluster seeds, comma-separated; empty: the in-process store")
+	url := fs.String("url", "", "measure HTTP GETs of this URL (a gateway) instead of a store")
+	baseline := fs.String("baseline-url", "", "with --url: also measure this URL (the same upstream without the limiter)")
+	concurrency := fs.Int("concurrency", 16, "goroutines issuing requests")
+	duration := fs.Duration("duration", 5*time.Second, "how long each measurement runs")
+	maxOps := fs.Int("max-ops", 5_000_000, "most requests each measurement sends")
+	keys := fs.Int("keys", 1000, "distinct API keys")
+	rate := fs.Int64("rate", 100, "store mode: each key's limit a second (burst twice that)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	cfg := bench.Config{Concurrency: *concurrency, Duration: *duration, MaxOps: *maxOps}
+	if *url != "" {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *concurrency}, Timeout: 10 * time.Second}
+		var base bench.Result
+		if *baseline != "" {
+			base = bench.Run(ctx, cfg, bench.HTTPOp(client, *baseline, *keys))
+			fmt.Fprintf(stdout, "baseline %s\n  %v\n", *baseline, base)
+		}
+		r := bench.Run(ctx, cfg, bench.HTTPOp(client, *url, *keys))
+		fmt.Fprintf(stdout, "limited  %s\n  %v\n", *url, r)
+		if *baseline != "" && base.Ops > 0 && r.Ops > 0 {
+			fmt.Fprintf(stdout, "added latency: p50 %v, p99 %v; throughput ratio %.2f\n",
+				r.P50-base.P50, r.P99-base.P99, r.Throughput()/base.Throughput())
+		}
+		return firstError(r)
+	}
+	var store limit.Store = memstore.New(memstore.Config{})
+	name := "in-process store"
+	if *redisAddrs != "" {
+		rs, err := redisstore.New(ctx, redisstore.Config{Addrs: strings.Split(*redisAddrs, ",")})
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer rs.Close()
+		store, name = rs, "redis "+*redisAddrs
+	}
+	limits := []limit.Limit{
+		{Name: "s", Count: *rate, Period: time.Second, Burst: 2 * *rate},
+		{Name: "m", Count: 50 * *rate, Period: time.Minute},
+	}
+	r := bench.Run(ctx, cfg, bench.StoreOp(store, *keys, limits))
+	fmt.Fprintf(stdout, "%s, %d keys, 2 limits each\n  %v\n", name, *keys, r)
+	return firstError(r)
+}
+
+func firstError(r bench.Result) error {
+	if r.Errors > 0 {
+		return fmt.Errorf("bench: %d of %d requests failed; first: %w", r.Errors, r.Ops, r.FirstError)
+	}
+	return nil
+}
