@@ -1,0 +1,129 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// benchLimits never refuse during a benchmark, so every Take does the full
+// read-refill-write path, as an allowed request does.
+var benchLimits = []limit.Limit{
+	{Name: "s", Count: 1_000_000_000, Period: time.Second},
+	{Name: "m", Count: 1_000_000_000, Period: time.Minute},
+}
+
+// benchKeys is how many request keys the benchmarks spread over, so that
+// requests reach every primary of the cluster.
+const benchKeys = 1024
+
+// BenchmarkTake measures one decision through the Redis store, with
+// Redis's clock as in production, serially (the latency of one decision
+// alone) and in parallel (throughput with auto-pipelining). Each reports
+// p50 and p99 latency. Compare with BenchmarkEvalshaTrivial, run alongside.
+func BenchmarkTake(b *testing.B) {
+	for _, tg := range targets {
+		s := benchStore(b, tg)
+		var keys [benchKeys]string
+		for i := range keys {
+			keys[i] = fmt.Sprint("bench-", i)
+		}
+		for _, n := range []int{1, 2} {
+			for _, mode := range []string{"serial", "parallel"} {
+				b.Run(fmt.Sprintf("%s/limits=%d/%s", tg.name, n, mode), func(b *testing.B) {
+					runLatency(b, mode == "parallel", func(ctx context.Context, key int) error {
+						req := limit.Request{Key: keys[key], Limits: benchLimits[:n]}
+						_, err := s.Take(ctx, &req)
+						return err
+					})
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkEvalshaTrivial runs EVALSHA of "return 1" on the same servers
+// with the same client, routed like a Take: the round trip and nothing
+// else, the ceiling Take is measured against.
+func BenchmarkEvalshaTrivial(b *testing.B) {
+	for _, tg := range targets {
+		s := benchStore(b, tg)
+		eval := redisstore.TrivialScript(s)
+		var keys [benchKeys][]string
+		for i := range keys {
+			keys[i] = []string{s.RedisKey(fmt.Sprint("bench-", i), &benchLimits[0])}
+		}
+		for _, mode := range []string{"serial", "parallel"} {
+			b.Run(tg.name+"/"+mode, func(b *testing.B) {
+				runLatency(b, mode == "parallel", func(ctx context.Context, key int) error {
+					return eval(ctx, keys[key])
+				})
+			})
+		}
+	}
+}
+
+func benchStore(b *testing.B, tg target) *redisstore.Store {
+	s, err := redisstore.New(context.Background(), redisstore.Config{Addrs: tg.addrs()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	return s
+}
+
+// parallelism is how many goroutines per CPU the parallel benchmarks run:
+// a gateway serves many requests at once, and rueidis pipelines their
+// commands on shared connections.
+const parallelism = 8
+
+// runLatency runs op b.N times, serially or from parallelism×GOMAXPROCS
+// goroutines,
+// and reports the p50 and p99 of one op's latency. op gets a key index in
+// [0, benchKeys); building the key is op's business, and so are its
+// allocations. Timing each op costs two clock reads, tens of ns.
+func runLatency(b *testing.B, parallel bool, op func(ctx context.Context, key int) error) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var all []time.Duration
+	var next atomic.Int64
+	worker := func(more func() bool) {
+		lat := make([]time.Duration, 0, 1024)
+		key := int(next.Add(7919)) // a prime stride: goroutines start far apart
+		for more() {
+			key = (key + 1) % benchKeys
+			began := time.Now()
+			if err := op(ctx, key); err != nil {
+				b.Error(err)
+				return
+			}
+			lat = append(lat, time.Since(began))
+		}
+		mu.Lock()
+		all = append(all, lat...)
+		mu.Unlock()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if parallel {
+		b.SetParallelism(parallelism)
+		b.RunParallel(func(pb *testing.PB) { worker(pb.Next) })
+	} else {
+		i := 0
+		worker(func() bool { i++; return i <= b.N })
+	}
+	b.StopTimer()
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}

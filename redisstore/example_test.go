@@ -1,0 +1,55 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// A store needs a Redis: this example starts a throwaway redis-server with
+// the test harness, where a program would pass its own addresses.
+func ExampleStore_Take() {
+	srv, stop, err := redistest.NewStandalone()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+
+	ctx := context.Background()
+	s, err := redisstore.New(ctx, redisstore.Config{Addrs: []string{srv.Addr()}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	// Two requests a second, and at most 5 a minute, for one API key.
+	req := &limit.Request{Key: "key:3f9a", Limits: []limit.Limit{
+		{Name: "s", Count: 2, Period: time.Second},
+		{Name: "m", Count: 5, Period: time.Minute},
+	}}
+	for range 3 {
+		d, err := s.Take(ctx, req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("allowed %v, %d left on limit %q\n", d.Allowed, d.Remaining, req.Limits[d.Index].Name)
+	}
+	// Output:
+	// allowed true, 1 left on limit "s"
+	// allowed true, 0 left on limit "s"
+	// allowed false, 0 left on limit "s"
+}
+
+// Slot tells which cluster slot, and so which shard, holds a request key's
+// buckets; braces in the key do not move it.
+func ExampleSlot() {
+	fmt.Println(redisstore.Slot("user1000"), redisstore.Slot("{user1000}"), redisstore.Slot("user1000}"))
+	// Output: 10050 2371 10838
+}
