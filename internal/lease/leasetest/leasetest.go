@@ -200,5 +200,13 @@ func (m model) takeUpTo(now int64, req *limit.Request, want int64) (int64, limit
 			return grant, d
 		}
 	}
-	return 0, limit.Decide(m.eval(now, req, cost))
+	outs := m.eval(now, req, cost)
+	d := limit.Decide(outs)
+	if !d.Allowed {
+		return 0, d
+	}
+	for i := range req.Limits {
+		m[req.Limits[i].BucketID()] = outs[i].Next
+	}
+	return cost, d
 }

@@ -1,0 +1,123 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// book is what one gateway knows about one key's limit set: the tokens it
+// holds, the refusal it remembers and how busy the key is here. It is a
+// state machine fed with the time (Unix ms) and the shared store's answers;
+// it does no I/O and is not safe for concurrent use (entry locks it).
+type book struct {
+	tokens  int64 // leased tokens not yet spent
+	expires int64 // when the leased tokens are dropped
+
+	deniedUntil int64 // refuse from memory until then...
+	deniedCost  int64 // ...requests costing at least this much
+	denied      limit.Decision
+
+	fetching bool           // a batch is on its way: at most one per key
+	last     limit.Decision // the shared store's last grant, for headers
+	lastAt   int64
+
+	// Requests seen in the current and the previous demand window: a key
+	// is only as busy as its traffic here, whatever its limit allows.
+	window    int64
+	cur, prev int64
+	lastUsed  int64
+	dropped   int64 // tokens dropped at expiry, not yet counted by metrics
+}
+
+// seen counts a request at now and returns the key's demand here: the
+// requests in the busier of the current and the previous window of size ms.
+func (b *book) seen(now, size int64) int64 {
+	w := now - now%size
+	switch {
+	case w == b.window:
+	case w == b.window+size:
+		b.prev, b.cur = b.cur, 0
+	default:
+		b.prev, b.cur = 0, 0
+	}
+	b.window = w
+	b.cur++
+	b.lastUsed = now
+	return max(b.cur, b.prev)
+}
+
+// expire drops leased tokens whose time is up. Expired tokens are never
+// revived: a lowered limit must bite within a lease's lifetime.
+func (b *book) expire(now int64) {
+	if b.tokens > 0 && now >= b.expires {
+		b.dropped += b.tokens
+		b.tokens = 0
+	}
+}
+
+// takeDropped returns the tokens dropped at expiry since the last call.
+func (b *book) takeDropped() int64 {
+	n := b.dropped
+	b.dropped = 0
+	return n
+}
+
+// spend takes cost leased tokens, if held.
+func (b *book) spend(now, cost int64) bool {
+	b.expire(now)
+	if b.tokens < cost {
+		return false
+	}
+	b.tokens -= cost
+	return true
+}
+
+// add puts granted tokens in the lease, renewing it for ttl.
+func (b *book) add(now, granted, ttl int64, d limit.Decision) {
+	b.expire(now)
+	b.tokens += granted
+	b.expires = now + ttl
+	b.last, b.lastAt = d, now
+}
+
+// refused reports whether a request of cost is refused from memory at now.
+func (b *book) refused(now, cost int64) bool {
+	return now < b.deniedUntil && cost >= b.deniedCost
+}
+
+// deny remembers the shared store's refusal of a request of cost: until its
+// retry time nothing that costs as much can pass, so there is no need to ask.
+// A request that can never pass is remembered for ttl.
+func (b *book) deny(now, cost, ttl int64, d limit.Decision) {
+	wait := d.RetryAfter.Milliseconds()
+	if d.RetryAfter == limit.Never {
+		wait = ttl
+	}
+	if wait <= 0 {
+		return
+	}
+	b.deniedUntil, b.deniedCost, b.denied = now+wait, cost, d
+}
+
+// deniedAt is the remembered refusal as it reads at now.
+func (b *book) deniedAt(now int64) limit.Decision {
+	d := b.denied
+	d.Remaining = 0
+	if d.RetryAfter != limit.Never {
+		d.RetryAfter = time.Duration(b.deniedUntil-now) * time.Millisecond
+	}
+	return d
+}
+
+// leased is the answer for a request served from the lease at now: the
+// shared store's last answer, with this gateway's tokens added to what it
+// said remains (the best this gateway knows without asking).
+func (b *book) leased(now int64) limit.Decision {
+	d := b.last
+	d.Allowed = true
+	d.RetryAfter = 0
+	d.Remaining += b.tokens
+	d.ResetAfter = max(d.ResetAfter-time.Duration(now-b.lastAt)*time.Millisecond, 0)
+	return d
+}

@@ -1,0 +1,101 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+func TestBookDemand(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		times []int64 // request times, ms
+		want  int64   // demand after the last
+	}{
+		{"first request", []int64{0}, 1},
+		{"same window adds up", []int64{0, 10, 20, 99}, 4},
+		{"next window remembers the busier previous one", []int64{0, 10, 20, 99, 100}, 4},
+		{"a skipped window forgets", []int64{0, 10, 20, 99, 250}, 1},
+		{"current window overtakes", []int64{0, 100, 110, 120}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b book
+			var got int64
+			for _, at := range tc.times {
+				got = b.seen(1_000_000+at, 100)
+			}
+			if got != tc.want {
+				t.Errorf("got demand %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBookLease(t *testing.T) {
+	var b book
+	b.add(0, 10, 1000, limit.Decision{Allowed: true, Remaining: 50, ResetAfter: time.Second})
+	for _, tc := range []struct {
+		at, cost  int64
+		ok        bool
+		tokens    int64
+		remaining int64
+	}{
+		{0, 1, true, 9, 59},
+		{500, 4, true, 5, 55},
+		{999, 6, false, 5, 55},
+		{999, 5, true, 0, 50},
+		{1000, 1, false, 0, 50},
+	} {
+		ok := b.spend(tc.at, tc.cost)
+		if ok != tc.ok || b.tokens != tc.tokens {
+			t.Fatalf("spend %d at %dms: got ok %v with %d left, want ok %v with %d left", tc.cost, tc.at, ok, b.tokens, tc.ok, tc.tokens)
+		}
+		if ok {
+			if d := b.leased(tc.at); d.Remaining != tc.remaining || !d.Allowed {
+				t.Errorf("spend %d at %dms: got remaining %d, want %d", tc.cost, tc.at, d.Remaining, tc.remaining)
+			}
+		}
+	}
+	b.add(1500, 3, 1000, limit.Decision{Allowed: true})
+	if !b.spend(2499, 3) || b.spend(2499, 1) {
+		t.Error("renewed lease of 3: want exactly 3 spendable before it expires")
+	}
+	b.add(3000, 4, 1000, limit.Decision{Allowed: true})
+	if b.spend(4000, 1) {
+		t.Error("a lease is spendable at its expiry, want expired tokens dropped")
+	}
+	if got := b.takeDropped(); got != 4 {
+		t.Errorf("got %d tokens dropped, want 4", got)
+	}
+}
+
+func TestBookDeny(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		retry     time.Duration
+		deniedFor int64
+	}{
+		{"retry time", 120 * time.Millisecond, 120},
+		{"never: remembered for the ttl", limit.Never, 1000},
+		{"no wait: nothing remembered", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b book
+			b.deny(0, 2, 1000, limit.Decision{RetryAfter: tc.retry})
+			for _, c := range []struct {
+				at, cost int64
+				want     bool
+			}{
+				{0, 2, tc.deniedFor > 0},
+				{max(tc.deniedFor-1, 0), 3, tc.deniedFor > 0},
+				{0, 1, false},
+				{tc.deniedFor, 2, false},
+			} {
+				if got := b.refused(c.at, c.cost); got != c.want {
+					t.Errorf("cost %d at %dms: got refused %v, want %v", c.cost, c.at, got, c.want)
+				}
+			}
+		})
+	}
+}

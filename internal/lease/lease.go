@@ -1,0 +1,409 @@
+// Package lease spends busy keys' tokens from memory and remembers
+// refusals, so that busy and abusive clients cost the shared store a small
+// bounded number of calls.
+//
+// A [Store] wraps the guarded shared store as a limit.Store. For a busy key
+// it takes a batch of tokens in one call, this gateway's share of 100 ms of
+// the tightest limit (rate / gateways / 10, at least 1, no more than the
+// key's own demand here), spends it from memory, and fetches the next batch
+// in the background once half is gone. Tokens leave the shared store before
+// they are spent, so the fleet can never admit more than the buckets hold;
+// tokens a gateway does not spend within the lease's lifetime (about a
+// second) are dropped, never revived, so the error is only ever under the
+// limit, and a lowered limit bites within a second. Quiet keys, and limits
+// counted in windows, get batches of one: exactly the per-request check.
+//
+// When the shared store refuses a request and says when to retry, the key
+// (with that request's limit set) is refused from memory until then. A
+// client far over its limit then costs its shard about one call per gateway
+// per retry interval.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Inner is the store leases are drawn from: guard.Store in production,
+// which answers from Redis or, while a shard is down, from the gateway's
+// own share of the limit.
+type Inner interface {
+	TakeUpTo(ctx context.Context, req *limit.Request, want int64) (guard.Answer, error)
+}
+
+// Config configures a Store. The zero value gives the defaults.
+type Config struct {
+	// Gateways is the fleet size used when Fleet is nil or does not know.
+	// Zero means 1.
+	Gateways int
+	// Fleet, if set, reports the current number of gateways (from the rules
+	// service); a result below 1 means unknown, and Gateways is used.
+	Fleet func() int
+	// Lookahead is how much of a limit's time one batch holds: a gateway
+	// leases rate × Lookahead / gateways tokens at once. Zero means 100ms.
+	Lookahead time.Duration
+	// TTL is how long leased tokens may be spent before they are dropped.
+	// Zero means 1s.
+	TTL time.Duration
+	// Idle is how long a key's entry is kept after its last request. Zero
+	// means 5s.
+	Idle time.Duration
+	// Now returns the current time. Nil means time.Now.
+	Now func() time.Time
+	// Logger receives background refill failures at debug level. Nil
+	// discards.
+	Logger *slog.Logger
+	// Registerer receives the lease metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Store is a limit.Store that leases tokens for busy keys and caches
+// refusals. It is safe for concurrent use. It owns the goroutines that
+// refill leases in the background; Close stops them.
+type Store struct {
+	inner     Inner
+	gateways  int
+	fleet     func() int
+	lookahead time.Duration
+	ttl       int64 // ms
+	idle      int64 // ms
+	window    int64 // ms: the demand window, the lookahead
+	now       func() time.Time
+	log       *slog.Logger
+	metrics   *metrics
+
+	seed   maphash.Seed
+	shards []shard
+
+	ctx    context.Context // refills run under it; Close cancels it
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool           // guarded by mu
+	wg     sync.WaitGroup // refills in flight; Add under mu while !closed
+}
+
+type shard struct {
+	mu      sync.Mutex
+	entries map[string]*entry // guarded by mu
+	touches int               // lookups since the last sweep; guarded by mu
+	swept   int64             // when it was last swept (Unix ms); guarded by mu
+}
+
+// entry is one key's book and the lock that guards it.
+type entry struct {
+	mu sync.Mutex
+	b  book // guarded by mu
+}
+
+const shardCount = 64
+
+var _ limit.Store = (*Store)(nil)
+
+// New returns a Store drawing from inner.
+func New(inner Inner, cfg Config) (*Store, error) {
+	switch {
+	case inner == nil:
+		return nil, errors.New("lease: inner store is nil")
+	case cfg.Gateways < 0:
+		return nil, fmt.Errorf("lease: %d gateways: must not be negative", cfg.Gateways)
+	case cfg.Lookahead < 0 || cfg.TTL < 0 || cfg.Idle < 0:
+		return nil, fmt.Errorf("lease: negative duration (lookahead %v, ttl %v, idle %v)", cfg.Lookahead, cfg.TTL, cfg.Idle)
+	case cfg.Lookahead > 0 && cfg.Lookahead < time.Millisecond:
+		return nil, fmt.Errorf("lease: lookahead %v is shorter than 1ms", cfg.Lookahead)
+	}
+	s := &Store{
+		inner: inner, gateways: max(cfg.Gateways, 1), fleet: cfg.Fleet,
+		lookahead: orDefault(cfg.Lookahead, 100*time.Millisecond),
+		ttl:       orDefault(cfg.TTL, time.Second).Milliseconds(),
+		idle:      orDefault(cfg.Idle, 5*time.Second).Milliseconds(),
+		now:       cfg.Now, log: cfg.Logger,
+		seed: maphash.MakeSeed(), shards: make([]shard, shardCount),
+	}
+	s.window = s.lookahead.Milliseconds()
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for i := range s.shards {
+		s.shards[i].entries = map[string]*entry{}
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Close stops background refills, waiting for those in flight, and drops
+// nothing else: leased tokens are still spent until they expire, and later
+// misses call the inner store directly. Close is idempotent.
+func (s *Store) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// Take implements limit.Store.
+func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	a, err := s.Decide(ctx, req)
+	return a.Decision, err
+}
+
+// Decide is Take that also says where the answer came from: a leased token
+// (guard.FromLease), a remembered refusal (guard.FromRefusalCache), or the
+// inner store's own answer and source. Errors are the inner store's,
+// including its fail-closed refusals; Answer.Granted is the request's cost
+// when allowed.
+//
+// A lease-served answer's Remaining is the shared store's count at its last
+// grant plus the tokens this gateway still holds: the best it knows without
+// asking.
+func (s *Store) Decide(ctx context.Context, req *limit.Request) (guard.Answer, error) {
+	if err := req.Validate(); err != nil {
+		return guard.Answer{}, err
+	}
+	cost := req.EffectiveCost()
+	batch := s.batch(req)
+	now := s.now().UnixMilli()
+	e := s.entry(req, now)
+
+	e.mu.Lock()
+	b := &e.b
+	size := min(batch, b.seen(now, s.window))
+	if b.spend(now, cost) {
+		d := b.leased(now)
+		refill := size > 1 && 2*b.tokens < size && !b.fetching
+		b.fetching = b.fetching || refill
+		dropped := b.takeDropped()
+		e.mu.Unlock()
+		s.metrics.served(guard.FromLease, dropped)
+		if refill {
+			s.refill(e, req, size)
+		}
+		return guard.Answer{Decision: d, Granted: cost, Source: guard.FromLease}, nil
+	}
+	// Leased tokens are already paid for, so only a request the lease
+	// cannot serve reads the refusal cache.
+	if b.refused(now, cost) {
+		d := b.deniedAt(now)
+		dropped := b.takeDropped()
+		e.mu.Unlock()
+		s.metrics.served(guard.FromRefusalCache, dropped)
+		return guard.Answer{Decision: d, Source: guard.FromRefusalCache}, nil
+	}
+	// Ask the shared store, with the few leased tokens left (fewer than the
+	// cost) set aside for this request. Only one batch per key is in
+	// flight; meanwhile other misses take exactly what they need.
+	reserved, reservedUntil := b.tokens, b.expires
+	b.tokens = 0
+	need := cost - reserved
+	want := need
+	fetch := size > 1 && !b.fetching
+	if fetch {
+		want = max(need, size)
+		b.fetching = true
+	}
+	dropped := b.takeDropped()
+	e.mu.Unlock()
+	s.metrics.asked(fetch, dropped)
+
+	one := limit.Request{Key: req.Key, Cost: need, Limits: req.Limits}
+	a, err := s.inner.TakeUpTo(ctx, &one, want)
+
+	now = s.now().UnixMilli()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if fetch {
+		b.fetching = false
+	}
+	if err != nil || !a.Allowed {
+		if reserved > 0 && now < reservedUntil {
+			b.tokens += reserved
+			b.expires = max(b.expires, reservedUntil)
+		}
+		if err == nil && a.Source == guard.FromRedis {
+			b.deny(now, cost, s.ttl, a.Decision)
+		}
+		return a, err
+	}
+	if extra := reserved + a.Granted - cost; extra > 0 {
+		b.add(now, extra, s.ttl, a.Decision)
+		a.Remaining += extra
+	} else {
+		b.last, b.lastAt = a.Decision, now
+	}
+	a.Granted = cost
+	return a, nil
+}
+
+// refill fetches the next batch for e in the background, off the request
+// path. e.b.fetching is already set; the refill clears it.
+func (s *Store) refill(e *entry, req *limit.Request, want int64) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		e.mu.Lock()
+		e.b.fetching = false
+		e.mu.Unlock()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.metrics.refilling()
+	// The caller may reuse its request once Take returns.
+	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits)}
+	go func() {
+		defer s.wg.Done()
+		a, err := s.inner.TakeUpTo(s.ctx, &r, want)
+		if err != nil {
+			// Spend what is left; the blocking path and the guard take over.
+			s.log.LogAttrs(s.ctx, slog.LevelDebug, "lease refill failed", slog.Any("error", err))
+		}
+		now := s.now().UnixMilli()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.b.fetching = false
+		switch {
+		case err != nil:
+		case a.Granted > 0:
+			e.b.add(now, a.Granted, s.ttl, a.Decision)
+		case a.Source == guard.FromRedis:
+			e.b.deny(now, 1, s.ttl, a.Decision)
+		}
+	}()
+}
+
+// batch is how many tokens one gateway leases at once for req: its share of
+// Lookahead of the tightest limit's rate, at least 1 and at most the
+// smallest burst. Limits counted in windows are not leased: a token taken
+// in one window and spent in the next would be counted in the wrong one.
+func (s *Store) batch(req *limit.Request) int64 {
+	rate := math.Inf(1)
+	burst := int64(math.MaxInt64)
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		switch l.Alg() {
+		case limit.TokenBucket, limit.GCRA:
+		default:
+			return 1
+		}
+		rate = min(rate, float64(l.Count)/l.Period.Seconds())
+		burst = min(burst, l.EffectiveBurst())
+	}
+	n := int64(rate * s.lookahead.Seconds() / float64(s.fleetSize()))
+	return max(1, min(n, burst))
+}
+
+// fleetSize is the current number of gateways, at least 1.
+func (s *Store) fleetSize() int {
+	if s.fleet != nil {
+		if n := s.fleet(); n >= 1 {
+			return n
+		}
+	}
+	return s.gateways
+}
+
+// entry returns req's entry, making it if need be. After about as many
+// lookups as its shard holds entries, or Idle after the last sweep, it
+// sweeps out the shard's entries idle for longer than Idle, so memory
+// follows the keys in use at a constant cost per request.
+func (s *Store) entry(req *limit.Request, now int64) *entry {
+	var buf [128]byte
+	id := appendID(buf[:0], req)
+	sh := &s.shards[maphash.Bytes(s.seed, id)%shardCount]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entries[string(id)]
+	if e == nil {
+		e = &entry{}
+		e.b.lastUsed = now
+		sh.entries[string(id)] = e
+	}
+	sh.touches++
+	if sh.touches > len(sh.entries)+64 || now-sh.swept >= s.idle {
+		sh.sweep(now-s.idle, e)
+		sh.swept = now
+	}
+	return e
+}
+
+// sweep drops entries last used before cutoff, except keep and those with a
+// batch in flight.
+func (sh *shard) sweep(cutoff int64, keep *entry) {
+	for id, e := range sh.entries {
+		if e == keep {
+			continue
+		}
+		e.mu.Lock()
+		idle := e.b.lastUsed < cutoff && !e.b.fetching
+		e.mu.Unlock()
+		if idle {
+			delete(sh.entries, id)
+		}
+	}
+	sh.touches = 0
+}
+
+// appendID appends what identifies req's lease: the key and every limit's
+// bucket, rate and burst. Tokens taken for one limit set cannot be spent
+// on another, and a changed rate or burst starts a new lease, so a lowered
+// limit is never served from tokens leased under the old one. The key is
+// length-prefixed so that no key can end where another's limits begin.
+func appendID(b []byte, req *limit.Request) []byte {
+	b = strconv.AppendInt(b, int64(len(req.Key)), 10)
+	b = append(b, ':')
+	b = append(b, req.Key...)
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		b = append(b, ' ')
+		b = append(b, l.Name...)
+		b = append(b, ':')
+		b = append(b, l.Alg()...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, l.PeriodMillis(), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, l.Count, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
+	}
+	return b
+}
+
+// Len reports how many keys' entries the store holds, for tests and
+// metrics.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].entries)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}

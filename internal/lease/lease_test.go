@@ -1,0 +1,396 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
+	"github.com/sluice-rl/sluice/memstore"
+)
+
+var start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// counted is the shared store of the unit tests: a real memstore that
+// counts the calls made to it, standing for Redis.
+type counted struct {
+	*memstore.Store
+	calls atomic.Int64
+}
+
+func (c *counted) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	c.calls.Add(1)
+	return c.Store.Take(ctx, req)
+}
+
+func (c *counted) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
+	c.calls.Add(1)
+	return c.Store.TakeUpTo(ctx, req, want)
+}
+
+// fleet is n lease stores, as n gateways, sharing one counted store.
+type fleet struct {
+	shared *counted
+	stores []*Store
+}
+
+func newFleet(t *testing.T, n int, now func() time.Time) *fleet {
+	t.Helper()
+	f := &fleet{shared: &counted{Store: memstore.New(memstore.Config{Now: now})}}
+	for range n {
+		g, err := guard.New(f.shared, guard.Config{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(g, Config{Gateways: n, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		f.stores = append(f.stores, s)
+	}
+	return f
+}
+
+// settle waits for every background refill, so that a test driven by a
+// fake clock sees the same sequence every run.
+func (f *fleet) settle() {
+	for _, s := range f.stores {
+		s.wg.Wait()
+	}
+}
+
+func (f *fleet) decide(t *testing.T, i int, req *limit.Request) guard.Answer {
+	t.Helper()
+	a, err := f.stores[i%len(f.stores)].Decide(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Decide(%q): %v", req.Key, err)
+	}
+	f.settle()
+	return a
+}
+
+func bucket(rate, burst int64) limit.Limit {
+	return limit.Limit{Name: "s", Count: rate, Period: time.Second, Burst: burst}
+}
+
+func TestBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		limits   []limit.Limit
+		gateways int
+		want     int64
+	}{
+		{"busy tenant on 300 gateways", []limit.Limit{bucket(100_000, 0)}, 300, 33},
+		{"ordinary key on 300 gateways is checked per request", []limit.Limit{bucket(100, 0)}, 300, 1},
+		{"one gateway takes 100 ms of the rate", []limit.Limit{bucket(1000, 0)}, 1, 100},
+		{"never more than the burst", []limit.Limit{bucket(1000, 40)}, 1, 40},
+		{"tightest limit decides", []limit.Limit{bucket(1000, 0), {Name: "m", Count: 6000, Period: time.Minute}}, 1, 10},
+		{"gcra leases too", []limit.Limit{{Name: "s", Count: 1000, Period: time.Second, Algorithm: limit.GCRA}}, 2, 50},
+		{"window limits are not leased", []limit.Limit{bucket(1000, 0), {Name: "h", Count: 1e6, Period: time.Hour, Algorithm: limit.FixedWindow}}, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(stub{}, Config{Gateways: tc.gateways})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.batch(&limit.Request{Key: "k", Limits: tc.limits}); got != tc.want {
+				t.Errorf("got batch %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNeverOver runs 4 gateways round-robin far above a key's limit, on a
+// fake clock, and checks the fleet's admissions after every request against
+// what the bucket allows: burst + rate × elapsed.
+func TestNeverOver(t *testing.T) {
+	clk := limittest.NewClock(start)
+	f := newFleet(t, 4, clk.Now)
+	req := &limit.Request{Key: "k:busy", Limits: []limit.Limit{bucket(2000, 100)}}
+	admitted := int64(0)
+	for i := range 20_000 {
+		if i%10 == 0 {
+			clk.Advance(time.Millisecond) // 10,000 requests a second: 5x the limit
+		}
+		if f.decide(t, i, req).Allowed {
+			admitted++
+		}
+		elapsed := clk.Now().Sub(start)
+		if bound := 100 + int64(2000*elapsed.Seconds()); admitted > bound {
+			t.Fatalf("after %d requests in %v: %d admitted, want at most %d (burst + rate × elapsed)", i+1, elapsed, admitted, bound)
+		}
+	}
+	// Under, never over; by how much is what leases cost.
+	bound := 100 + 2000*clk.Now().Sub(start).Seconds()
+	t.Logf("admitted %d of a possible %.0f (%.1f%%)", admitted, bound, 100*float64(admitted)/bound)
+	if float64(admitted) < 0.9*bound {
+		t.Errorf("admitted %d, want at least 90%% of the %.0f the bucket allows: leases should cost a few percent", admitted, bound)
+	}
+}
+
+// TestCallsPerRequest measures the shared store's calls for a busy key
+// within its limit, with leases and with batches of one.
+func TestCallsPerRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lookahead time.Duration
+		most      float64 // calls per request
+	}{
+		{"per-request check", time.Millisecond, 1},
+		{"leases", 0, 0.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := limittest.NewClock(start)
+			shared := &counted{Store: memstore.New(memstore.Config{Now: clk.Now})}
+			var stores []*Store
+			for range 3 {
+				g, err := guard.New(shared, guard.Config{Now: clk.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := New(g, Config{Gateways: 3, Now: clk.Now, Lookahead: tc.lookahead})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(s.Close)
+				stores = append(stores, s)
+			}
+			req := &limit.Request{Key: "k:busy", Limits: []limit.Limit{bucket(3000, 3000)}}
+			const n = 9000 // 3 s at 3,000 a second, the limit
+			for i := range n {
+				if i%3 == 0 {
+					clk.Advance(time.Millisecond)
+				}
+				s := stores[i%3]
+				if _, err := s.Decide(context.Background(), req); err != nil {
+					t.Fatal(err)
+				}
+				s.wg.Wait()
+			}
+			got := float64(shared.calls.Load()) / n
+			t.Logf("%s: %d shared-store calls for %d requests: %.3f per request", tc.name, shared.calls.Load(), n, got)
+			if got > tc.most {
+				t.Errorf("got %.3f shared-store calls per request, want at most %.3f", got, tc.most)
+			}
+		})
+	}
+}
+
+func TestRefusalCache(t *testing.T) {
+	clk := limittest.NewClock(start)
+	f := newFleet(t, 1, clk.Now)
+	req := &limit.Request{Key: "k:runaway", Limits: []limit.Limit{bucket(10, 1)}}
+	if a := f.decide(t, 0, req); !a.Allowed || a.Source != guard.FromRedis {
+		t.Fatalf("first request: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, guard.FromRedis)
+	}
+	a := f.decide(t, 0, req)
+	if a.Allowed || a.Source != guard.FromRedis || a.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("second request: got allowed %v from %s retry %v, want refused from %s, retry 100ms", a.Allowed, a.Source, a.RetryAfter, guard.FromRedis)
+	}
+	calls := f.shared.calls.Load()
+	for _, tc := range []struct {
+		after   time.Duration
+		allowed bool
+		source  guard.Source
+		retry   time.Duration
+	}{
+		{0, false, guard.FromRefusalCache, 100 * time.Millisecond},
+		{40 * time.Millisecond, false, guard.FromRefusalCache, 60 * time.Millisecond},
+		{59 * time.Millisecond, false, guard.FromRefusalCache, time.Millisecond},
+		{time.Millisecond, true, guard.FromRedis, 0},
+		{0, false, guard.FromRedis, 100 * time.Millisecond},
+	} {
+		clk.Advance(tc.after)
+		a := f.decide(t, 0, req)
+		if a.Allowed != tc.allowed || a.Source != tc.source || a.RetryAfter != tc.retry {
+			t.Errorf("at +%v: got allowed %v from %s retry %v, want allowed %v from %s retry %v",
+				clk.Now().Sub(start), a.Allowed, a.Source, a.RetryAfter, tc.allowed, tc.source, tc.retry)
+		}
+	}
+	if got := f.shared.calls.Load() - calls; got != 2 {
+		t.Errorf("5 requests, 3 within the retry time: %d shared-store calls, want 2", got)
+	}
+	cheaper := &limit.Request{Key: "k:runaway", Cost: 1, Limits: req.Limits}
+	if a := f.decide(t, 0, cheaper); a.Source != guard.FromRefusalCache {
+		t.Errorf("same key and limits: got answer from %s, want %s", a.Source, guard.FromRefusalCache)
+	}
+	other := &limit.Request{Key: "k:runaway", Limits: []limit.Limit{{Name: "t", Count: 1000, Period: time.Second}}}
+	if a := f.decide(t, 0, other); !a.Allowed || a.Source != guard.FromRedis {
+		t.Errorf("same key, other limits: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, guard.FromRedis)
+	}
+}
+
+// TestLeaseExpires checks that unspent tokens are dropped after the TTL and
+// that a lowered limit is never served from the old lease.
+func TestLeaseExpires(t *testing.T) {
+	clk := limittest.NewClock(start)
+	f := newFleet(t, 1, clk.Now)
+	req := &limit.Request{Key: "k:busy", Limits: []limit.Limit{bucket(1000, 1000)}}
+	for range 5 { // demand of 5 in this window: the next miss leases 5
+		f.decide(t, 0, req)
+	}
+	clk.Advance(100 * time.Millisecond)
+	for range 20 {
+		f.decide(t, 0, req)
+	}
+	s := f.stores[0]
+	if got := s.held(req); got == 0 {
+		t.Fatalf("busy key: holds %d leased tokens, want some", got)
+	}
+	lowered := &limit.Request{Key: "k:busy", Limits: []limit.Limit{bucket(1, 1)}}
+	if a := f.decide(t, 0, lowered); a.Source == guard.FromLease {
+		t.Errorf("lowered limit: got answer from %s, want a fresh check", a.Source)
+	}
+	clk.Advance(time.Second)
+	calls := f.shared.calls.Load()
+	if a := f.decide(t, 0, req); a.Source != guard.FromRedis {
+		t.Errorf("after the lease's second: got answer from %s, want %s (expired tokens are dropped)", a.Source, guard.FromRedis)
+	}
+	if got := f.shared.calls.Load() - calls; got != 1 {
+		t.Errorf("after expiry: %d shared-store calls, want 1", got)
+	}
+}
+
+// TestQuietKeyIsExact checks that a key far below its limit is checked on
+// every request, one token at a time, however high the limit.
+func TestQuietKeyIsExact(t *testing.T) {
+	clk := limittest.NewClock(start)
+	f := newFleet(t, 1, clk.Now)
+	req := &limit.Request{Key: "k:quiet", Limits: []limit.Limit{bucket(100_000, 0)}}
+	for i := range 20 {
+		clk.Advance(150 * time.Millisecond)
+		a := f.decide(t, 0, req)
+		if a.Source != guard.FromRedis || a.Remaining != 100_000-1 {
+			t.Fatalf("request %d of a quiet key: got remaining %d from %s, want %d from %s", i+1, a.Remaining, a.Source, 100_000-1, guard.FromRedis)
+		}
+	}
+}
+
+func TestIdleEntriesEvicted(t *testing.T) {
+	clk := limittest.NewClock(start)
+	f := newFleet(t, 1, clk.Now)
+	for i := range 1000 {
+		f.decide(t, 0, &limit.Request{Key: fmt.Sprint("k:", i), Limits: []limit.Limit{bucket(10, 10)}})
+	}
+	if got := f.stores[0].Len(); got < 900 {
+		t.Fatalf("1000 keys just used: %d entries, want them kept", got)
+	}
+	clk.Advance(6 * time.Second)
+	for i := range 1000 {
+		f.decide(t, 0, &limit.Request{Key: fmt.Sprint("k:new-", i), Limits: []limit.Limit{bucket(10, 10)}})
+	}
+	if got := f.stores[0].Len(); got > 1100 {
+		t.Errorf("1000 keys idle for 6 s, then 1000 new ones: %d entries, want about 1000 (the idle ones evicted)", got)
+	}
+}
+
+// TestCloseStopsRefills checks that Close ends a refill waiting on the
+// store and leaves no goroutine behind.
+func TestCloseStopsRefills(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for range 5 {
+		hang := &hanging{started: make(chan struct{}, 10)}
+		s, err := New(hang, Config{Lookahead: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &limit.Request{Key: "k", Limits: []limit.Limit{bucket(100, 100)}}
+		for range 60 {
+			if _, err := s.Decide(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-hang.started
+		if got := hang.refills.Load(); got != 1 {
+			t.Fatalf("got %d refills in flight, want 1 (one per key)", got)
+		}
+		s.Close()
+		if got := hang.refills.Load(); got != 0 {
+			t.Errorf("after Close: %d refills in flight, want 0", got)
+		}
+		s.Close()
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines: %d before 5 stores with refills in flight, %d after closing them", before, after)
+	}
+}
+
+func TestErrorsPass(t *testing.T) {
+	boom := errors.New("boom")
+	s, err := New(failing{boom}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Take(context.Background(), &limit.Request{Key: "k", Limits: []limit.Limit{bucket(1, 1)}}); !errors.Is(err, boom) {
+		t.Errorf("got error %v, want the inner store's", err)
+	}
+	if _, err := s.Take(context.Background(), &limit.Request{Key: "k"}); err == nil {
+		t.Error("request with no limits: got no error, want one")
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		inner Inner
+		cfg   Config
+	}{
+		{"nil inner", nil, Config{}},
+		{"negative gateways", stub{}, Config{Gateways: -1}},
+		{"negative ttl", stub{}, Config{TTL: -time.Second}},
+		{"sub-millisecond lookahead", stub{}, Config{Lookahead: time.Microsecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.inner, tc.cfg); err == nil {
+				t.Error("got no error, want one")
+			}
+		})
+	}
+}
+
+// held reports the leased tokens a store holds for req.
+func (s *Store) held(req *limit.Request) int64 {
+	e := s.entry(req, s.now().UnixMilli())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.b.tokens
+}
+
+type stub struct{}
+
+func (stub) TakeUpTo(_ context.Context, req *limit.Request, _ int64) (guard.Answer, error) {
+	return guard.Answer{Decision: limit.Decision{Allowed: true}, Granted: req.EffectiveCost(), Source: guard.FromRedis}, nil
+}
+
+type failing struct{ err error }
+
+func (f failing) TakeUpTo(context.Context, *limit.Request, int64) (guard.Answer, error) {
+	return guard.Answer{}, f.err
+}
+
+// hanging grants what a request asks for at once and holds every
+// background refill (the calls with a cancellable context) until its
+// context ends.
+type hanging struct {
+	refills atomic.Int64
+	started chan struct{}
+}
+
+func (h *hanging) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (guard.Answer, error) {
+	if ctx.Done() == nil {
+		return guard.Answer{Decision: limit.Decision{Allowed: true}, Granted: want, Source: guard.FromRedis}, nil
+	}
+	h.refills.Add(1)
+	h.started <- struct{}{}
+	<-ctx.Done()
+	h.refills.Add(-1)
+	return guard.Answer{}, ctx.Err()
+}

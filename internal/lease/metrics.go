@@ -1,0 +1,75 @@
+package lease
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/guard"
+)
+
+// metrics are the lease store's Prometheus collectors. A nil *metrics
+// counts nothing.
+type metrics struct {
+	memory  *prometheus.CounterVec
+	calls   *prometheus.CounterVec
+	dropped prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		memory: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "lease", Name: "memory_decisions_total",
+			Help: "Decisions made from memory without calling the store: source lease (a leased token spent) or refusal-cache (a remembered refusal).",
+		}, []string{"source"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "lease", Name: "store_calls_total",
+			Help: "Calls to the guarded store: kind single (a request's own tokens), batch (a request's tokens and a lease), refill (a lease, in the background).",
+		}, []string{"kind"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "lease", Name: "tokens_expired_total",
+			Help: "Leased tokens dropped unspent when their lease expired: the limiter's only error with leases, always under the limit.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.memory, m.calls, m.dropped} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("lease: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) served(src guard.Source, dropped int64) {
+	if m == nil {
+		return
+	}
+	m.memory.WithLabelValues(string(src)).Inc()
+	m.drop(dropped)
+}
+
+func (m *metrics) asked(batch bool, dropped int64) {
+	if m == nil {
+		return
+	}
+	kind := "single"
+	if batch {
+		kind = "batch"
+	}
+	m.calls.WithLabelValues(kind).Inc()
+	m.drop(dropped)
+}
+
+func (m *metrics) refilling() {
+	if m != nil {
+		m.calls.WithLabelValues("refill").Inc()
+	}
+}
+
+func (m *metrics) drop(n int64) {
+	if n > 0 {
+		m.dropped.Add(float64(n))
+	}
+}
