@@ -90,6 +90,8 @@ func decode(r *http.Request, v any) error {
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return badRequest(f, "unknown field")
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return badRequest("", "body is not valid JSON: it ends too early")
 		case errors.Is(err, io.EOF):
 			return badRequest("", "body is empty")
 		}
@@ -221,6 +223,9 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, h handlerFunc) 
 		return
 	}
 	var ae *apiError
+	if r.Context().Err() != nil {
+		return // the caller went away: nobody to answer
+	}
 	if !errors.As(err, &ae) {
 		s.log.Error("rules service: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}

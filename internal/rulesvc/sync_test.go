@@ -1,0 +1,311 @@
+package rulesvc_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesvc"
+	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// startClient runs a rules client for gateway id against base until the
+// test ends.
+func startClient(t *testing.T, base, id, region string, cfg rulesync.Config) *rulesync.Client {
+	t.Helper()
+	cfg.URL, cfg.Gateway, cfg.Region = base, id, region
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.Wait == 0 {
+		cfg.Wait = 2 * time.Second
+	}
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = 100 * time.Millisecond
+	}
+	c, err := rulesync.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return c
+}
+
+func version(c *rulesync.Client) int64 {
+	if s := c.Current(); s != nil {
+		return s.Version
+	}
+	return 0
+}
+
+// waitVersion waits until every client runs at least version v and returns
+// how long that took.
+func waitVersion(t *testing.T, v int64, cs ...*rulesync.Client) time.Duration {
+	t.Helper()
+	start := time.Now()
+	eventually(t, 10*time.Second, fmt.Sprintf("every gateway at version %d", v), func() bool {
+		for _, c := range cs {
+			if version(c) < v {
+				return false
+			}
+		}
+		return true
+	})
+	return time.Since(start)
+}
+
+func stableVersion(t *testing.T, base string) int64 {
+	t.Helper()
+	var st rulesvc.RolloutStatus
+	mustCall(t, base, "GET", "/admin/v1/rollout", nil, 200, &st)
+	return st.Stable
+}
+
+func TestOverrideReachesEveryGatewayAtOnce(t *testing.T) {
+	t.Parallel()
+	// The seeded rules wait in a long canary; the override must not.
+	r := startReplica(t, newSchema(t), rulesvc.Config{Canary: rulesvc.Canary{Window: time.Hour}})
+	base := r.srv.URL
+	seed(t, base)
+	var cs []*rulesync.Client
+	for i := range 3 {
+		cs = append(cs, startClient(t, base, fmt.Sprintf("gw-%d", i), "eu", rulesync.Config{}))
+	}
+	waitVersion(t, stableVersion(t, base), cs...)
+
+	var res struct{ Snapshot rulesvc.Published }
+	start := time.Now()
+	mustCall(t, base, "PUT", "/admin/v1/overrides/key_pro", map[string]any{
+		"limits":     []map[string]any{{"name": "s", "rate": 1, "per": "1m"}},
+		"expires_at": time.Now().Add(time.Hour).Format(time.RFC3339), "reason": "INC-7: retry storm"}, 200, &res)
+	if res.Snapshot.Emergency == 0 || res.Snapshot.Rollout != "canary" {
+		t.Fatalf("got %+v, want an emergency version for everyone and the full rule set as a canary", res.Snapshot)
+	}
+	waitVersion(t, res.Snapshot.Emergency, cs...)
+	t.Logf("override reached all %d gateways %v after the admin call was sent", len(cs), time.Since(start))
+	canaries := 0
+	for i, c := range cs {
+		set := c.Current()
+		got := set.Resolve(time.Now(), rules.Query{APIKey: "key_pro", Endpoint: "search"})
+		var names []string
+		for _, l := range got.Limits {
+			names = append(names, fmt.Sprintf("%s=%d/%v", l.Name, l.Count, l.Period))
+		}
+		if set.Version == res.Snapshot.Version {
+			canaries++
+			// The canary runs everything: the override and the pending rules.
+			if want := "s=1/1m0s search=5/1s"; strings.Join(names, " ") != want {
+				t.Errorf("canary gateway %d: got limits %v, want %s", i, names, want)
+			}
+			continue
+		}
+		// The rest run the stable rules plus the override, not the pending
+		// plan rule.
+		if want := "s=1/1m0s"; strings.Join(names, " ") != want {
+			t.Errorf("gateway %d (version %d): got limits %v, want %s", i, set.Version, names, want)
+		}
+	}
+	if canaries != 1 {
+		t.Errorf("got %d gateways on the canary version %d, want 1", canaries, res.Snapshot.Version)
+	}
+}
+
+func TestChangeThroughOneReplicaReachesGatewayOfAnother(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	cfg := rulesvc.Config{Canary: rulesvc.Canary{Disabled: true}}
+	a := startReplica(t, schema, cfg)
+	b := startReplica(t, schema, cfg)
+	c := startClient(t, b.srv.URL, "gw-b", "us", rulesync.Config{})
+	waitVersion(t, stableVersion(t, a.srv.URL), c)
+
+	var res struct{ Snapshot rulesvc.Published }
+	start := time.Now()
+	mustCall(t, a.srv.URL, "POST", "/admin/v1/rules", map[string]any{"scope": "default",
+		"limits": []map[string]any{{"name": "s", "rate": 7, "per": "1s"}}}, 201, &res)
+	waitVersion(t, res.Snapshot.Version, c)
+	t.Logf("change through replica A reached the gateway on replica B %v after the admin call was sent", time.Since(start))
+	got := c.Current().Resolve(time.Now(), rules.Query{APIKey: "anyone"})
+	if len(got.Limits) != 1 || got.Limits[0].Count != 7 {
+		t.Errorf("got limits %+v, want the new default of 7 a second", got.Limits)
+	}
+}
+
+func TestFleetSizeCountsSubscribedGateways(t *testing.T) {
+	t.Parallel()
+	r := startReplica(t, newSchema(t), rulesvc.Config{Refresh: 100 * time.Millisecond, PollTimeout: time.Second,
+		GatewayTTL: 3 * time.Second})
+	cs := []*rulesync.Client{
+		startClient(t, r.srv.URL, "gw-1", "eu", rulesync.Config{Wait: 200 * time.Millisecond}),
+		startClient(t, r.srv.URL, "gw-2", "eu", rulesync.Config{Wait: 200 * time.Millisecond}),
+		startClient(t, r.srv.URL, "gw-3", "us", rulesync.Config{Wait: 200 * time.Millisecond}),
+	}
+	eventually(t, 10*time.Second, "every gateway sees a fleet of 3: eu 2, us 1", func() bool {
+		for _, c := range cs {
+			f := c.FleetSize()
+			if f.Total != 3 || f.Regions["eu"] != 2 || f.Regions["us"] != 1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// canaryFleet is gateways limiting real requests with rules from the
+// service, and reporting their decisions to it.
+type canaryFleet struct {
+	ids      []string
+	clients  map[string]*rulesync.Client
+	limiters map[string]http.Handler
+}
+
+func startCanaryFleet(t *testing.T, base string, n int) *canaryFleet {
+	t.Helper()
+	f := &canaryFleet{clients: map[string]*rulesync.Client{}, limiters: map[string]http.Handler{}}
+	for i := range n {
+		id := fmt.Sprintf("gw-%d", i)
+		c := startClient(t, base, id, "eu", rulesync.Config{})
+		lim, err := gateway.New(gateway.Config{Rules: c, OnDecision: c.Observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids = append(f.ids, id)
+		f.clients[id] = c
+		f.limiters[id] = lim.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	}
+	return f
+}
+
+// drive sends requests of four free-plan keys to every gateway until stop
+// is called.
+func (f *canaryFleet) drive(t *testing.T) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, id := range f.ids {
+		h := f.limiters[id]
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				req := httptest.NewRequest("GET", "/v1/items", nil)
+				req.Header.Set("X-API-Key", fmt.Sprintf("key_free_%d", i%4))
+				h.ServeHTTP(httptest.NewRecorder(), req)
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func rolloutOf(t *testing.T, base string, v int64) rulesvc.Rollout {
+	t.Helper()
+	var st rulesvc.RolloutStatus
+	mustCall(t, base, "GET", "/admin/v1/rollout", nil, 200, &st)
+	for _, ro := range st.Rollouts {
+		if ro.Version == v {
+			return ro
+		}
+	}
+	t.Fatalf("no rollout of version %d", v)
+	return rulesvc.Rollout{}
+}
+
+func TestCanary(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		rate      int64 // the free plan's new limit a second: 1 refuses almost all
+		wantState string
+		wantWhy   string
+	}{
+		{"refusing change is halted", 1, "halted", "canary refused"},
+		{"harmless change is promoted", 5000, "promoted", "canary window over"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := startReplica(t, newSchema(t), rulesvc.Config{Refresh: 200 * time.Millisecond, Canary: rulesvc.Canary{
+				Fraction: 0.25, Window: 3 * time.Second, Threshold: 0.2, MinSample: 30, Check: 100 * time.Millisecond}})
+			base := r.srv.URL
+			for i := range 4 {
+				mustCall(t, base, "PUT", fmt.Sprintf("/admin/v1/keys/key_free_%d", i), map[string]any{"plan": "free"}, 200, nil)
+			}
+			var plan struct{ After rulesvc.RuleView }
+			mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "plan", "match": map[string]any{"plan": "free"},
+				"limits": []map[string]any{{"name": "s", "rate": 10000, "per": "1s"}}}, 201, &plan)
+			f := startCanaryFleet(t, base, 4)
+			// Until gateways subscribe, the version waits for its canary;
+			// once it has one it is promoted after the window.
+			eventually(t, 15*time.Second, "the first rule set promoted", func() bool {
+				return stableVersion(t, base) == plan.After.Version
+			})
+			var all []*rulesync.Client
+			for _, id := range f.ids {
+				all = append(all, f.clients[id])
+			}
+			waitVersion(t, plan.After.Version, all...)
+			stop := f.drive(t)
+
+			var res struct{ Snapshot rulesvc.Published }
+			mustCall(t, base, "PUT", fmt.Sprintf("/admin/v1/rules/%d", plan.After.ID), map[string]any{"scope": "plan",
+				"match": map[string]any{"plan": "free"}, "limits": []map[string]any{{"name": "s", "rate": tt.rate, "per": "1s", "burst": 1}}},
+				200, &res)
+			v := res.Snapshot.Version
+			if res.Snapshot.Rollout != "canary" {
+				t.Fatalf("got rollout %q, want canary", res.Snapshot.Rollout)
+			}
+			ro := rolloutOf(t, base, v)
+			if len(ro.Canaries) != 1 {
+				t.Fatalf("got canaries %v, want one of 4 gateways at fraction 0.25", ro.Canaries)
+			}
+			canary := f.clients[ro.Canaries[0]]
+			waitVersion(t, v, canary)
+			for _, id := range f.ids {
+				if id != ro.Canaries[0] && version(f.clients[id]) >= v {
+					t.Errorf("gateway %s outside the canary got version %d during the canary", id, version(f.clients[id]))
+				}
+			}
+			eventually(t, 20*time.Second, "the rollout decided", func() bool { return rolloutOf(t, base, v).State != "canary" })
+			stop()
+			ro = rolloutOf(t, base, v)
+			if ro.State != tt.wantState || !strings.Contains(ro.Reason, tt.wantWhy) {
+				t.Fatalf("got state %q reason %q, want %s and a reason with %q", ro.State, ro.Reason, tt.wantState, tt.wantWhy)
+			}
+			t.Logf("version %d %s: %s", v, ro.State, ro.Reason)
+			if tt.wantState == "promoted" {
+				waitVersion(t, v, all...)
+				return
+			}
+			// Halted: the canary goes back to the stable version.
+			eventually(t, 10*time.Second, "the canary back on the stable version", func() bool {
+				return version(canary) == plan.After.Version
+			})
+			if got := stableVersion(t, base); got != plan.After.Version {
+				t.Errorf("got stable version %d, want %d", got, plan.After.Version)
+			}
+		})
+	}
+}

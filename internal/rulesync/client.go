@@ -1,0 +1,385 @@
+// Package rulesync is the gateway's side of the rules service: it
+// subscribes to the service's snapshots with a long poll, compiles each new
+// one and swaps it in with one atomic store, keeps the last one in a cache
+// file for starts while the service is down, and reports what the gateway
+// decided under each version, for the canary and for shadow rules.
+//
+// The gateway keeps serving with the snapshot it has whatever happens to
+// the service: the client retries with backoff and never gives up.
+package rulesync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// Config configures a Client. URL and Gateway are required; the zero value
+// of every other field means its default.
+type Config struct {
+	// URL is the rules service's base URL, such as http://rules:8081.
+	URL string
+	// Token is the bearer token of role gateway, if the service asks for
+	// one.
+	Token string
+	// Gateway identifies this gateway to the service: the canary is chosen
+	// among gateway IDs, and the fleet counts them. See CheckGatewayID.
+	Gateway string
+	// Region is the gateway's region, for the fleet counts.
+	Region string
+	// CacheFile, if set, keeps the last snapshot: it is written after each
+	// new one (to a temporary file, then renamed) and read by New.
+	CacheFile string
+	// Wait is how long the service may hold a poll. Zero means 25 seconds.
+	Wait time.Duration
+	// ReportInterval is how often decision counts are sent. Zero means 5
+	// seconds.
+	ReportInterval time.Duration
+	// MinBackoff and MaxBackoff bound the wait between failed polls, which
+	// doubles from the one to the other. Zero means 100 ms and 5 s.
+	MinBackoff, MaxBackoff time.Duration
+	// HTTPClient makes the requests. Nil means a client without a total
+	// timeout; each poll is bounded by Wait plus 15 seconds.
+	HTTPClient *http.Client
+	// Registerer receives the client's metrics. Nil means none.
+	Registerer prometheus.Registerer
+	// Logger receives the client's log. Nil means slog.Default().
+	Logger *slog.Logger
+	// Now returns the current time. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Client follows the rules service. Its methods are safe for concurrent
+// use. Current is what a gateway calls per request; Run must be running for
+// anything to change.
+type Client struct {
+	cfg  Config
+	base *url.URL
+	log  *slog.Logger
+	now  func() time.Time
+
+	set         atomic.Pointer[rules.Set]
+	canary      atomic.Bool
+	fleet       atomic.Pointer[Fleet]
+	lastContact atomic.Int64 // Unix nanoseconds of the last answer, or of the cached snapshot
+	ready       chan struct{}
+	readyOnce   sync.Once
+
+	counts  counts
+	metrics *metrics
+}
+
+// New returns a Client, loading the cache file if there is one. A cache
+// file that cannot be read or does not compile is logged and ignored.
+func New(cfg Config) (*Client, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("rulesync: URL is empty")
+	}
+	base, err := url.Parse(strings.TrimSuffix(cfg.URL, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("rulesync: URL %q: want an http or https URL with a host", cfg.URL)
+	}
+	if err := CheckGatewayID(cfg.Gateway); err != nil {
+		return nil, fmt.Errorf("rulesync: %w", err)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.Wait, 25*time.Second)
+	def(&cfg.ReportInterval, 5*time.Second)
+	def(&cfg.MinBackoff, 100*time.Millisecond)
+	def(&cfg.MaxBackoff, 5*time.Second)
+	switch {
+	case cfg.Wait < 0, cfg.ReportInterval < 0, cfg.MinBackoff < 0, cfg.MaxBackoff < 0:
+		return nil, errors.New("rulesync: durations must not be negative")
+	case cfg.MaxBackoff < cfg.MinBackoff:
+		return nil, fmt.Errorf("rulesync: MaxBackoff %v is below MinBackoff %v", cfg.MaxBackoff, cfg.MinBackoff)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Client{cfg: cfg, base: base, log: cfg.Logger, now: cfg.Now, ready: make(chan struct{})}
+	c.counts.versions = map[int64]*versionCount{}
+	c.counts.shadow = map[shadowID]*shadowCount{}
+	c.fleet.Store(&Fleet{})
+	if c.metrics, err = newMetrics(cfg.Registerer, c); err != nil {
+		return nil, err
+	}
+	if cfg.CacheFile != "" {
+		if err := c.loadCache(); err != nil {
+			c.log.Warn("rules cache not used", "file", cfg.CacheFile, "err", err)
+		}
+	}
+	return c, nil
+}
+
+// Current returns the rule set in force, or nil before the first one is
+// known. The set is immutable: a new snapshot replaces it whole.
+func (c *Client) Current() *rules.Set { return c.set.Load() }
+
+// Ready is closed once a rule set is known, from the cache or the service.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
+
+// FleetSize returns how many gateways the service last said are
+// subscribed, in total and per region. It is zero until the service has
+// answered once.
+func (c *Client) FleetSize() Fleet {
+	f := c.fleet.Load()
+	out := Fleet{Total: f.Total, Regions: make(map[string]int, len(f.Regions))}
+	for r, n := range f.Regions {
+		out.Regions[r] = n
+	}
+	return out
+}
+
+// Age reports how long ago the service last answered, or, before it has,
+// how old the cached snapshot is.
+func (c *Client) Age() time.Duration {
+	last := c.lastContact.Load()
+	if last == 0 {
+		return 0
+	}
+	return c.now().Sub(time.Unix(0, last))
+}
+
+// Run follows the service until ctx ends, and then returns nil: it polls
+// for snapshots, swaps each new one in, and sends reports.
+func (c *Client) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { c.reportLoop(ctx) })
+	c.pollLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+func (c *Client) pollLoop(ctx context.Context) {
+	backoff := c.cfg.MinBackoff
+	for ctx.Err() == nil {
+		err := c.pollOnce(ctx)
+		if err == nil {
+			backoff = c.cfg.MinBackoff
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.metrics.errors.Inc()
+		// Jitter keeps a fleet that lost the service from coming back in
+		// step.
+		d := backoff/2 + rand.N(backoff/2+1)
+		c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", d,
+			"version", c.version())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		backoff = min(2*backoff, c.cfg.MaxBackoff)
+	}
+}
+
+func (c *Client) version() int64 {
+	if s := c.set.Load(); s != nil {
+		return s.Version
+	}
+	return 0
+}
+
+// pollOnce asks for the snapshot after the current one and swaps it in.
+func (c *Client) pollOnce(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Wait+15*time.Second)
+	defer cancel()
+	q := url.Values{"after": {strconv.FormatInt(c.version(), 10)}, "gateway": {c.cfg.Gateway},
+		"region": {c.cfg.Region}, "wait": {c.cfg.Wait.String()}}
+	u := c.base.JoinPath(SnapshotPath)
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return fmt.Errorf("poll: %w", err)
+	}
+	c.auth(req)
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("poll: %w", err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+		c.contact(resp.Header)
+		return nil
+	case http.StatusOK:
+	default:
+		return fmt.Errorf("poll: %s", describe(resp))
+	}
+	var sn Snapshot
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sn); err != nil {
+		return fmt.Errorf("poll: decode snapshot: %w", err)
+	}
+	set, err := compile(&sn)
+	if err != nil {
+		return fmt.Errorf("poll: %w", err)
+	}
+	c.contact(resp.Header)
+	c.swap(set, sn.Canary, &sn.Fleet)
+	c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
+		"fleet", sn.Fleet.Total)
+	if c.cfg.CacheFile != "" {
+		if err := c.saveCache(&sn); err != nil {
+			c.log.Warn("rules cache not written", "file", c.cfg.CacheFile, "err", err)
+		}
+	}
+	return nil
+}
+
+// compile turns a snapshot into a rule set, checking its hash.
+func compile(sn *Snapshot) (*rules.Set, error) {
+	var doc rules.Document
+	if err := json.Unmarshal(sn.Document, &doc); err != nil {
+		return nil, fmt.Errorf("snapshot %d: decode document: %w", sn.Version, err)
+	}
+	set, err := rules.Compile(doc, sn.Version)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %d: %w", sn.Version, err)
+	}
+	if set.Hash != sn.Hash {
+		return nil, fmt.Errorf("snapshot %d: hash %s does not match the service's %s", sn.Version, set.Hash, sn.Hash)
+	}
+	return set, nil
+}
+
+// swap makes set the one in force: one atomic store, so a request sees the
+// old set or the new one, never a mix.
+func (c *Client) swap(set *rules.Set, canary bool, fleet *Fleet) {
+	c.set.Store(set)
+	c.canary.Store(canary)
+	if fleet != nil {
+		c.setFleet(*fleet)
+	}
+	c.metrics.version.Set(float64(set.Version))
+	c.metrics.canary.Set(map[bool]float64{false: 0, true: 1}[canary])
+	c.readyOnce.Do(func() { close(c.ready) })
+}
+
+// contact records an answer from the service and the fleet it carried.
+func (c *Client) contact(h http.Header) {
+	c.lastContact.Store(c.now().UnixNano())
+	if v := h.Get(FleetHeader); v != "" {
+		var f Fleet
+		if err := json.Unmarshal([]byte(v), &f); err == nil {
+			c.setFleet(f)
+		}
+	}
+}
+
+func (c *Client) setFleet(f Fleet) {
+	c.fleet.Store(&f)
+	c.metrics.fleet.Set(float64(f.Total))
+}
+
+func (c *Client) auth(req *http.Request) {
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
+}
+
+// describe summarizes an error response: its status and the service's
+// error message.
+func describe(resp *http.Response) string {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return resp.Status + ": " + e.Error
+	}
+	return resp.Status
+}
+
+// cacheFile is what the cache file holds.
+type cacheFile struct {
+	Snapshot Snapshot  `json:"snapshot"`
+	SavedAt  time.Time `json:"saved_at"`
+}
+
+func (c *Client) loadCache() error {
+	b, err := os.ReadFile(c.cfg.CacheFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var cf cacheFile
+	if err := json.Unmarshal(b, &cf); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	set, err := compile(&cf.Snapshot)
+	if err != nil {
+		return err
+	}
+	// The cached fleet is stale but better than nothing for dividing
+	// limits while the service is down.
+	c.swap(set, false, &cf.Snapshot.Fleet)
+	c.lastContact.Store(cf.SavedAt.UnixNano())
+	c.log.Info("rules loaded from cache", "file", c.cfg.CacheFile, "version", set.Version, "saved_at", cf.SavedAt)
+	return nil
+}
+
+// saveCache writes the snapshot to a temporary file in the cache's
+// directory and renames it over the cache, so a crash leaves the old file
+// or the new one, never half of one.
+func (c *Client) saveCache(sn *Snapshot) error {
+	b, err := json.Marshal(cacheFile{Snapshot: *sn, SavedAt: c.now().UTC()})
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(c.cfg.CacheFile), "."+filepath.Base(c.cfg.CacheFile)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, c.cfg.CacheFile); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

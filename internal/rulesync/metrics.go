@@ -1,0 +1,40 @@
+package rulesync
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the client's Prometheus metrics.
+type metrics struct {
+	version prometheus.Gauge
+	canary  prometheus.Gauge
+	fleet   prometheus.Gauge
+	errors  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
+	m := &metrics{
+		version: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_snapshot_version",
+			Help: "Version of the rules snapshot in force; 0 before the first."}),
+		canary: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_snapshot_canary",
+			Help: "1 while this gateway runs a canary version."}),
+		fleet: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_fleet_gateways",
+			Help: "Gateways subscribed to the rules service, as it last said."}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rules_sync_errors_total",
+			Help: "Failed polls of the rules service and snapshots that did not load."}),
+	}
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rules_snapshot_age_seconds",
+		Help: "Seconds since the rules service last answered (or since the cached snapshot was saved)."},
+		func() float64 { return c.Age().Seconds() })
+	if reg == nil {
+		return m, nil
+	}
+	for _, col := range []prometheus.Collector{m.version, m.canary, m.fleet, m.errors, age} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("rulesync: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,236 @@
+package rulesync
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice/gateway"
+)
+
+// Bounds on what one report interval keeps, so a flood of distinct keys
+// cannot grow the gateway's memory.
+const (
+	maxVersions   = 16   // the service takes at most this many per report
+	maxShadowKeys = 1000 // distinct keys counted per shadow rule
+	topKeys       = 10   // keys sent per shadow rule
+)
+
+// counts accumulates decisions between reports.
+type counts struct {
+	cur atomic.Pointer[versionCount] // the version most requests are under
+
+	mu       sync.Mutex
+	versions map[int64]*versionCount   // guarded by mu
+	shadow   map[shadowID]*shadowCount // guarded by mu
+}
+
+type versionCount struct {
+	version           int64
+	requests, refused atomic.Int64
+}
+
+type shadowID struct{ version, rule int64 }
+
+type shadowCount struct {
+	total int64
+	keys  map[string]int64
+}
+
+// Record counts one decision made under snapshot version: refused is true
+// when an enforced limit refused the request. It is cheap enough for every
+// request: two atomic adds when the version is the current one.
+func (c *Client) Record(version int64, refused bool) {
+	vc := c.counts.cur.Load()
+	if vc == nil || vc.version != version {
+		vc = c.counts.forVersion(version)
+	}
+	vc.requests.Add(1)
+	if refused {
+		vc.refused.Add(1)
+	}
+}
+
+func (cs *counts) forVersion(version int64) *versionCount {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	vc := cs.versions[version]
+	if vc == nil {
+		vc = &versionCount{version: version}
+		cs.versions[version] = vc
+	}
+	if cur := cs.cur.Load(); cur == nil || version >= cur.version {
+		cs.cur.Store(vc)
+	}
+	return vc
+}
+
+// RecordShadow counts a request that shadow rule ruleID of snapshot
+// version would have refused, and whose it was: key is the API key, or
+// "ip:" and the client address.
+func (c *Client) RecordShadow(version, ruleID int64, key string) {
+	c.counts.addShadow(shadowID{version, ruleID}, key, 1)
+}
+
+// addShadow counts n would-be refusals of key; the key "" counts only in
+// the total.
+func (cs *counts) addShadow(id shadowID, key string, n int64) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	sc := cs.shadow[id]
+	if sc == nil {
+		sc = &shadowCount{keys: map[string]int64{}}
+		cs.shadow[id] = sc
+	}
+	sc.total += n
+	if _, ok := sc.keys[key]; key != "" && (ok || len(sc.keys) < maxShadowKeys) {
+		sc.keys[key] += n
+	}
+}
+
+// take empties the counts into a report.
+func (cs *counts) take() []VersionReport {
+	cs.mu.Lock()
+	shadow := cs.shadow
+	cs.shadow = map[shadowID]*shadowCount{}
+	byVersion := map[int64]*VersionReport{}
+	for v, vc := range cs.versions {
+		// Refused first: a request counted between the two swaps then
+		// lands in this report's requests and the next one's refusals,
+		// which the clamp below keeps consistent.
+		ref := vc.refused.Swap(0)
+		req := vc.requests.Swap(0)
+		if req == 0 && ref == 0 && vc != cs.cur.Load() {
+			delete(cs.versions, v)
+			continue
+		}
+		byVersion[v] = &VersionReport{Version: v, Requests: req, Refused: min(ref, req)}
+	}
+	cs.mu.Unlock()
+	for id, sc := range shadow {
+		vr := byVersion[id.version]
+		if vr == nil {
+			vr = &VersionReport{Version: id.version}
+			byVersion[id.version] = vr
+		}
+		sr := ShadowReport{Rule: id.rule, WouldRefuse: sc.total}
+		for k, n := range sc.keys {
+			sr.TopKeys = append(sr.TopKeys, KeyCount{Key: k, Count: n})
+		}
+		slices.SortFunc(sr.TopKeys, func(a, b KeyCount) int {
+			if a.Count != b.Count {
+				return int(b.Count - a.Count)
+			}
+			return bytes.Compare([]byte(a.Key), []byte(b.Key))
+		})
+		sr.TopKeys = sr.TopKeys[:min(len(sr.TopKeys), topKeys)]
+		vr.Shadow = append(vr.Shadow, sr)
+	}
+	var out []VersionReport
+	for _, vr := range byVersion {
+		if vr.Requests > 0 || len(vr.Shadow) > 0 {
+			slices.SortFunc(vr.Shadow, func(a, b ShadowReport) int { return int(a.Rule - b.Rule) })
+			out = append(out, *vr)
+		}
+	}
+	slices.SortFunc(out, func(a, b VersionReport) int { return int(b.Version - a.Version) })
+	return out[:min(len(out), maxVersions)]
+}
+
+// putBack returns the counts of a report that could not be sent, so the
+// next one carries them.
+func (c *Client) putBack(vrs []VersionReport) {
+	for _, vr := range vrs {
+		vc := c.counts.forVersion(vr.Version)
+		vc.requests.Add(vr.Requests)
+		vc.refused.Add(vr.Refused)
+		for _, sr := range vr.Shadow {
+			id, rest := shadowID{vr.Version, sr.Rule}, sr.WouldRefuse
+			for _, k := range sr.TopKeys {
+				c.counts.addShadow(id, k.Key, k.Count)
+				rest -= k.Count
+			}
+			if rest > 0 {
+				c.counts.addShadow(id, "", rest)
+			}
+		}
+	}
+}
+
+func (c *Client) reportLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		vrs := c.counts.take()
+		if len(vrs) == 0 {
+			continue
+		}
+		if err := c.report(ctx, vrs); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("rules service report failed; keeping the counts for the next one", "err", err)
+			c.putBack(vrs)
+		}
+	}
+}
+
+func (c *Client) report(ctx context.Context, vrs []VersionReport) error {
+	body, err := json.Marshal(Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs})
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(ReportPath).String(), bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	c.auth(req)
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("report: %s", describe(resp))
+	}
+	return nil
+}
+
+// Observe counts one store call of the gateway, for gateway.Config's
+// OnDecision: enforced decisions for the canary, and shadow limits that
+// would have refused. Calls the store could not answer are not counted:
+// they say nothing about the rules. The version counted is the one in force
+// when the call ends, which differs from the request's only across a swap.
+func (c *Client) Observe(e gateway.Event) {
+	set := c.set.Load()
+	if set == nil || e.Err != nil {
+		return
+	}
+	if !e.Shadow {
+		c.Record(set.Version, !e.Decision.Allowed)
+		return
+	}
+	if e.Decision.Allowed || e.Decision.Index < 0 || e.Decision.Index >= len(e.Rules) || e.Rules[e.Decision.Index] == nil {
+		return
+	}
+	key := strings.TrimPrefix(e.Key, "shadow:")
+	if k, ok := strings.CutPrefix(key, "k:"); ok {
+		key = k
+	}
+	c.RecordShadow(set.Version, e.Rules[e.Decision.Index].ID, key)
+}
