@@ -48,7 +48,8 @@ func ExampleStore_Take() {
 }
 
 // Slot tells which cluster slot, and so which shard, holds a request key's
-// buckets; braces in the key do not move it.
+// buckets. A brace in a request key is just another byte of it: unlike in a
+// raw Redis key, it cannot choose the slot.
 func ExampleSlot() {
 	fmt.Println(redisstore.Slot("user1000"), redisstore.Slot("{user1000}"), redisstore.Slot("user1000}"))
 	// Output: 10050 2371 10838

@@ -361,8 +361,8 @@ func TestTestClockKeepsStates(t *testing.T) {
 
 // TestMatchesMemstore sends the same random requests through the
 // in-process store and the Redis store and requires the same decision at
-// every step: random keys, costs, times and one to three limits, some of
-// them at the edges of exact arithmetic.
+// every step: random keys, costs, times and one to three limits of every
+// algorithm, some of them at the edges of exact arithmetic.
 func TestMatchesMemstore(t *testing.T) {
 	pool := []limit.Limit{
 		{Name: "s", Count: 7, Period: time.Second, Burst: 11},
@@ -374,6 +374,11 @@ func TestMatchesMemstore(t *testing.T) {
 		// burst × period just under 2^53: the largest credits Lua holds exactly.
 		{Name: "big", Count: 999_983, Period: time.Second, Burst: 9_007_199_254_740},
 		{Name: "odd", Count: 9_999_991, Period: 999 * time.Millisecond, Burst: 3},
+		{Name: "gc", Count: 5, Period: time.Second, Burst: 8, Algorithm: limit.GCRA},
+		{Name: "gct", Count: 3, Period: 250 * time.Millisecond, Burst: 4, Algorithm: limit.GCRA},
+		{Name: "fw", Count: 10, Period: time.Minute, Algorithm: limit.FixedWindow},
+		{Name: "sw", Count: 6, Period: time.Second, Algorithm: limit.SlidingWindow},
+		{Name: "sl", Count: 4, Period: 700 * time.Millisecond, Algorithm: limit.SlidingLog},
 	}
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -382,7 +387,7 @@ func TestMatchesMemstore(t *testing.T) {
 			red := newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: clk.Now})
 			rng := rand.New(rand.NewPCG(3, uint64(len(tg.name))))
 			keys := []string{uniqueKey(t) + "a", uniqueKey(t) + "{b}", uniqueKey(t) + "\x00c"}
-			for step := range 1500 {
+			for step := range 3000 {
 				switch r := rng.IntN(100); {
 				case r < 2:
 					clk.Advance(time.Duration(rng.IntN(48)) * time.Hour)
