@@ -100,6 +100,15 @@ type Config struct {
 	// its slot. One breaker serves each name. Nil puts every key in one
 	// shard.
 	Shard func(key string) string
+	// Refresh, if set, re-reads which node serves each key (for Shard):
+	// redisstore.Store.RefreshNodes. The Store calls it in the background
+	// when a breaker opens and every RefreshEvery while any breaker is not
+	// closed, so that keys move to a promoted replica, under a closed
+	// breaker, as soon as the cluster has failed over.
+	Refresh func(ctx context.Context) error
+	// RefreshEvery is how often Refresh runs while a breaker is open or
+	// half-open. Zero means 500ms.
+	RefreshEvery time.Duration
 	// Now returns the current time, for breakers and the local fallback.
 	// Nil means time.Now.
 	Now func() time.Time
@@ -114,6 +123,7 @@ type Config struct {
 
 // Store is a limit.Store that guards a shared store with deadlines,
 // per-shard breakers and a local fallback. It is safe for concurrent use.
+// With Config.Refresh it owns one goroutine, which Close stops.
 type Store struct {
 	remote       Remote
 	local        *memstore.Store
@@ -128,6 +138,12 @@ type Store struct {
 	onTransition func(string, State, State, error)
 	log          *slog.Logger
 	metrics      *metrics
+
+	refresh      func(context.Context) error
+	refreshEvery time.Duration
+	kick         chan struct{}      // wakes the refresher; buffered, never blocks
+	stop         context.CancelFunc // ends the refresher; nil without one
+	done         chan struct{}      // closed when the refresher has ended
 
 	mu     sync.Mutex
 	shards map[string]*shard // guarded by mu; never shrinks: one entry per node ever seen
@@ -158,12 +174,18 @@ func New(remote Remote, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("guard: slack %v must be a positive number", cfg.Slack)
 	case cfg.Gateways < 0:
 		return nil, fmt.Errorf("guard: %d gateways: must not be negative", cfg.Gateways)
+	case cfg.RefreshEvery < 0:
+		return nil, fmt.Errorf("guard: refresh every %v: must not be negative", cfg.RefreshEvery)
 	}
 	s := &Store{
 		remote: remote, timeout: cfg.Timeout, tripAfter: cfg.TripAfter, pause: cfg.Pause,
 		slack: cfg.Slack, gateways: cfg.Gateways, fleet: cfg.Fleet, shardOf: cfg.Shard,
 		now: cfg.Now, onTransition: cfg.OnTransition, log: cfg.Logger,
+		refresh: cfg.Refresh, refreshEvery: cfg.RefreshEvery,
 		shards: map[string]*shard{},
+	}
+	if s.refreshEvery == 0 {
+		s.refreshEvery = 500 * time.Millisecond
 	}
 	if s.timeout == 0 {
 		s.timeout = 5 * time.Millisecond
@@ -192,7 +214,64 @@ func New(remote Remote, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.refresh != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.kick, s.stop, s.done = make(chan struct{}, 1), cancel, make(chan struct{})
+		go s.refresher(ctx)
+	}
 	return s, nil
+}
+
+// Close stops the background refresher, if any, and waits for it. The
+// Store still answers afterwards; breakers just keep the node names they
+// have. Close is idempotent.
+func (s *Store) Close() {
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+	}
+}
+
+// refresher calls Refresh when a breaker opens, then every refreshEvery
+// while any breaker is not closed, until ctx ends.
+func (s *Store) refresher(ctx context.Context) {
+	defer close(s.done)
+	timer := time.NewTimer(0)
+	<-timer.C
+	for {
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-s.kick:
+		case <-timer.C:
+			if !s.anyOpen() {
+				continue
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, max(s.refreshEvery, time.Second))
+		err := s.refresh(rctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "rate limit shard map not refreshed", slog.Any("error", err))
+		}
+		timer.Reset(s.refreshEvery)
+	}
+}
+
+// anyOpen reports whether some shard's breaker is open or half-open.
+func (s *Store) anyOpen() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		open := sh.b.state != Closed
+		sh.mu.Unlock()
+		if open {
+			return true
+		}
+	}
+	return false
 }
 
 // Take implements limit.Store. It returns an error only for an invalid
@@ -267,6 +346,12 @@ func (s *Store) record(sh *shard, probe bool, err error) {
 		return
 	}
 	s.metrics.transition(sh.name, to)
+	if to == Open && s.kick != nil {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
 	if to == Open {
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "rate limit shard unavailable; limiting its keys locally",
 			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Duration("pause", s.pause), slog.Any("error", err))

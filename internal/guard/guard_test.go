@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -350,4 +351,56 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[st
 	}
 	t.Fatalf("no metric %s%v", name, labels)
 	return 0
+}
+
+// TestRefreshMovesKeys plays a failover: the key's node fails, its breaker
+// opens, and the refresher, called because it opened, learns that another
+// node serves the key now, so the next request goes there under a closed
+// breaker, without waiting for the pause.
+func TestRefreshMovesKeys(t *testing.T) {
+	clk := limittest.NewClock(start)
+	remote := newFlaky(clk.Now)
+	var (
+		mu    sync.Mutex
+		owner = "a"
+	)
+	refreshed := make(chan struct{}, 100)
+	before := runtime.NumGoroutine()
+	s, err := guard.New(remote, guard.Config{
+		TripAfter: 2, Now: clk.Now, RefreshEvery: time.Millisecond,
+		Shard: func(string) string { mu.Lock(); defer mu.Unlock(); return owner },
+		Refresh: func(context.Context) error {
+			mu.Lock()
+			owner = "b" // the replica was promoted
+			mu.Unlock()
+			select {
+			case refreshed <- struct{}{}:
+			default:
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote.set("k", "error") // every call fails until the key moves
+	req := &limit.Request{Key: "k/alice", Limits: perSecond(100, 100)}
+	take(t, s, req)
+	take(t, s, req)
+	if got := s.Breaker("a"); got != guard.Open {
+		t.Fatalf("after 2 failures: breaker of a is %v, want open", got)
+	}
+	<-refreshed
+	remote.set("k", "")
+	if a := take(t, s, req); a.Source != guard.FromRedis {
+		t.Errorf("after the refresh: got answer from %s, want %s (the key's new node)", a.Source, guard.FromRedis)
+	}
+	// The breaker of a stays open, so the refresher keeps going until it
+	// is closed; Close stops it.
+	<-refreshed
+	s.Close()
+	s.Close()
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines: %d before New, %d after Close", before, after)
+	}
 }
