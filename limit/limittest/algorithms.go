@@ -172,7 +172,7 @@ func testMatchesModelMixed(t *testing.T, newStore Factory) {
 			clk := NewClock(start)
 			s := newStore(t, clk.Now)
 			key := uniqueKey(t, "k")
-			m := newModel()
+			m := NewModel()
 			for step := range 250 {
 				clk.Advance(time.Duration(rng.IntN(120)) * time.Millisecond)
 				cost := int64(1)
@@ -182,7 +182,7 @@ func testMatchesModelMixed(t *testing.T, newStore Factory) {
 				// A subset of the limits, as rules that differ by endpoint would ask.
 				lo := rng.IntN(len(limits))
 				req := &limit.Request{Key: key, Cost: cost, Limits: limits[lo : lo+1+rng.IntN(len(limits)-lo)]}
-				want := m.take(clk.Now().UnixMilli(), req)
+				want := m.Take(clk.Now().UnixMilli(), req)
 				if got := take(t, s, req); got != want {
 					t.Fatalf("step %d (cost %d, limits %v): store %+v, model %+v", step, cost, req.Limits, got, want)
 				}

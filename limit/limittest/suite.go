@@ -240,11 +240,11 @@ func testMatchesModel(t *testing.T, newStore Factory) {
 		{Name: "m", Count: 50, Period: time.Minute},
 		{Name: "t", Count: 3, Period: 250 * time.Millisecond, Burst: 4},
 	}
-	m := newModel()
+	m := NewModel()
 	for step := range 400 {
 		clk.Advance(time.Duration(rng.IntN(200)) * time.Millisecond)
 		req := &limit.Request{Key: key, Cost: int64(1 + rng.IntN(3)), Limits: limits[:1+rng.IntN(len(limits))]}
-		want := m.take(clk.Now().UnixMilli(), req)
+		want := m.Take(clk.Now().UnixMilli(), req)
 		got := take(t, s, req)
 		if got != want {
 			t.Fatalf("step %d (cost %d, %d limits): store %+v, model %+v", step, req.Cost, len(req.Limits), got, want)
@@ -252,12 +252,19 @@ func testMatchesModel(t *testing.T, newStore Factory) {
 	}
 }
 
-// model is the reference store: limit.Evaluate over a map, no cleverness.
-type model struct{ states map[string]limit.State }
+// Model is the reference store for one key: limit.Evaluate over a map of
+// states, kept forever, no cleverness. Stores are compared against it
+// decision by decision. It is not safe for concurrent use.
+type Model struct{ states map[string]limit.State }
 
-func newModel() *model { return &model{states: map[string]limit.State{}} }
+// NewModel returns a Model that has seen no request.
+func NewModel() *Model { return &Model{states: map[string]limit.State{}} }
 
-func (m *model) take(now int64, req *limit.Request) limit.Decision {
+// Take answers req at now (Unix ms) as a store must, and keeps the new
+// states when it is allowed. Unlike a store it never drops a state, so it
+// stays right when a clock steps back past a state's expiry. req.Key is
+// ignored: a Model holds one key.
+func (m *Model) Take(now int64, req *limit.Request) limit.Decision {
 	outs := make([]limit.Outcome, len(req.Limits))
 	for i := range req.Limits {
 		st := m.states[req.Limits[i].BucketID()]

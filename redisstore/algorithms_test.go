@@ -1,0 +1,170 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
+	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// edgeLimits are limits at the edges of what limit.Validate accepts, where
+// Go's int64 and Lua's doubles would part first if any step were inexact.
+var edgeLimits = []limit.Limit{
+	{Count: 2047, Period: time.Second, Burst: 1, Algorithm: limit.GCRA},       // GCRA's finest time scale
+	{Count: 7, Period: 999 * time.Millisecond, Algorithm: limit.GCRA},         // a rate that divides nothing
+	{Count: 1_000_000_000, Period: time.Hour, Algorithm: limit.SlidingWindow}, // count × period near 2^52
+	{Count: 2_000_000_000, Period: time.Hour, Burst: 2_400_000_000},           // burst × period near 2^53
+	{Count: 1_000_000, Period: 24 * time.Hour, Algorithm: limit.FixedWindow},
+	{Count: limit.MaxLogCount, Period: time.Second, Algorithm: limit.SlidingLog},
+}
+
+// randomLimit returns a small limit of algorithm alg, or now and then one of
+// edgeLimits, named name.
+func randomLimit(rng *rand.Rand, name string, alg limit.Algorithm) limit.Limit {
+	if rng.IntN(8) == 0 {
+		l := edgeLimits[rng.IntN(len(edgeLimits))]
+		l.Name = name
+		return l
+	}
+	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute, time.Hour}
+	l := limit.Limit{Name: name, Count: 1 + rng.Int64N(20), Period: periods[rng.IntN(len(periods))], Algorithm: alg}
+	if rng.IntN(2) == 0 {
+		l.Burst = 1 + rng.Int64N(40)
+	}
+	return l
+}
+
+// TestAlgorithmsMatchMemstore drives the same generated request sequences
+// through the Redis store, the in-process store and limittest.Model (plain
+// limit.Evaluate), one limit of each algorithm alone and then random mixes
+// of one to three limits, and requires the same decision at every step.
+// Times come from one fake clock that mostly moves by milliseconds and
+// sometimes idles for hours; costs sometimes exceed every capacity.
+//
+// Half the runs also step the clock back now and then, to check that Lua
+// and Go read a clock that steps back alike. Those compare with the Model
+// only: the in-process store drops a state once its TTL has passed, as Redis
+// does by its own clock in production, and a clock stepping back to before
+// that expiry then finds nothing, where the Model and Redis under a test
+// clock (which keeps states ten minutes longer) still find the state.
+func TestAlgorithmsMatchMemstore(t *testing.T) {
+	type run struct {
+		name   string
+		seed   uint64
+		mixed  bool
+		back   bool // the clock sometimes steps back
+		first  limit.Algorithm
+		length int
+	}
+	var runs []run
+	for i, alg := range limit.Algorithms {
+		for s := range uint64(2) {
+			runs = append(runs, run{fmt.Sprintf("%s/seed%d", alg, s), uint64(i)*10 + s, false, s == 1, alg, 300})
+		}
+	}
+	for s := range uint64(6) {
+		runs = append(runs, run{fmt.Sprintf("mixed/seed%d", s), 100 + s, true, s%2 == 1, limit.Algorithms[s%5], 300})
+	}
+	for _, tg := range targets {
+		for _, r := range runs {
+			t.Run(tg.name+"/"+r.name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(r.seed, 2026))
+				limits := []limit.Limit{randomLimit(rng, "a", r.first)}
+				if r.mixed {
+					for i := range rng.IntN(3) {
+						limits = append(limits, randomLimit(rng, string(rune('b'+i)), limit.Algorithms[rng.IntN(len(limit.Algorithms))]))
+					}
+				}
+				clk := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(rng.IntN(1000)) * time.Millisecond))
+				red := newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: clk.Now})
+				mem := memstore.New(memstore.Config{})
+				model := limittest.NewModel()
+				key := uniqueKey(t)
+				for step := range r.length {
+					switch x := rng.IntN(100); {
+					case x < 2 && r.back:
+						clk.Advance(-time.Duration(1+rng.IntN(50)) * time.Millisecond)
+					case x < 4:
+						clk.Advance(time.Duration(1+rng.IntN(5)) * time.Hour)
+					case x < 30:
+					default:
+						clk.Advance(time.Duration(rng.IntN(int(limits[0].Period.Milliseconds()/2+3))) * time.Millisecond)
+					}
+					cost := int64(1)
+					if rng.IntN(4) == 0 {
+						cost = 1 + rng.Int64N(2*limits[0].EffectiveBurst())
+					}
+					lo := rng.IntN(len(limits))
+					req := &limit.Request{Key: key, Cost: cost, Limits: limits[lo : lo+1+rng.IntN(len(limits)-lo)]}
+					now := clk.Now().UnixMilli()
+					got, want := take(t, red, req), model.Take(now, req)
+					if got != want {
+						t.Fatalf("step %d (at %s, cost %d, %v): redis %+v, limit.Evaluate %+v",
+							step, clk.Now().Format("15:04:05.000"), cost, req.Limits, got, want)
+					}
+					if m := mem.TakeAt(now, req); !r.back && m != got {
+						t.Fatalf("step %d (at %s, cost %d, %v): redis %+v, memstore %+v",
+							step, clk.Now().Format("15:04:05.000"), cost, req.Limits, got, m)
+					}
+				}
+			})
+		}
+	}
+}
+
+// rawClient connects a plain client to the deployment, to look at what the
+// store wrote.
+func rawClient(t *testing.T, tg target) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: tg.addrs(), DisableCache: true})
+	if err != nil {
+		t.Fatalf("connect to %v: %v", tg.addrs(), err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestSlidingLogBoundedInRedis sends a key 100 times its sliding-log limit
+// and checks the list under the key: never more than the limit's count of
+// entries, and exactly the admitted tokens of the last period.
+func TestSlidingLogBoundedInRedis(t *testing.T) {
+	tests := []struct {
+		count, cost int64
+	}{{50, 1}, {60, 7}}
+	for _, tg := range targets {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/count%d/cost%d", tg.name, tt.count, tt.cost), func(t *testing.T) {
+				clk := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+				s := newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: clk.Now})
+				raw := rawClient(t, tg)
+				l := limit.Limit{Name: "s", Count: tt.count, Period: time.Second, Algorithm: limit.SlidingLog}
+				req := &limit.Request{Key: uniqueKey(t), Cost: tt.cost, Limits: []limit.Limit{l}}
+				redisKey := s.RedisKey(req.Key, &l)
+				// 100 × count tokens asked for within two seconds.
+				asks := 100 * tt.count / tt.cost
+				var longest int64
+				for i := range asks {
+					clk.Advance(2 * time.Second / time.Duration(asks))
+					take(t, s, req)
+					if i%16 == 0 || i == asks-1 {
+						n, err := raw.Do(t.Context(), raw.B().Llen().Key(redisKey).Build()).AsInt64()
+						if err != nil {
+							t.Fatalf("LLEN %s: %v", redisKey, err)
+						}
+						longest = max(longest, n)
+					}
+				}
+				if longest > tt.count || longest < tt.count-tt.cost+1 {
+					t.Errorf("longest list %d entries, want %d to %d (full, never more)", longest, tt.count-tt.cost+1, tt.count)
+				}
+			})
+		}
+	}
+}
