@@ -16,8 +16,10 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -107,10 +109,10 @@ rules:
       - {name: m, rate: 100000000, per: 1m}
 `
 
-// proxies returns a loopback upstream, a plain httputil.ReverseProxy in
-// front of it, and the limiter with the same upstream behind gateway's
-// proxy, and a client for both.
-func proxies(b *testing.B) (plain, limited string, client *http.Client) {
+// proxies starts a loopback upstream, a plain httputil.ReverseProxy in
+// front of it, and the limiter on store (nil: memstore) with the same
+// upstream behind gateway's proxy; it returns their URLs and a client.
+func proxies(b *testing.B, store limit.Store) (plain, limited string, client *http.Client) {
 	b.Helper()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -129,7 +131,7 @@ func proxies(b *testing.B) (plain, limited string, client *http.Client) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim, err := gateway.New(gateway.Config{Rules: gateway.StaticRules(set)})
+	lim, err := gateway.New(gateway.Config{Rules: gateway.StaticRules(set), Store: store})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,9 +176,22 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // request: each iteration sends one request through the plain proxy and
 // one through limiter and proxy, alternating, so both see the same machine
 // at the same moment. It reports each path's p50 and p99 and their
-// difference in microseconds.
+// difference in microseconds, with the in-process store and with a local
+// redis-server.
 func BenchmarkAddedLatency(b *testing.B) {
-	plain, limited, client := proxies(b)
+	b.Run("memstore", func(b *testing.B) { benchAddedLatency(b, nil) })
+	b.Run("redis", func(b *testing.B) {
+		s, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{redistest.Standalone(b).Addr()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(s.Close)
+		benchAddedLatency(b, s)
+	})
+}
+
+func benchAddedLatency(b *testing.B, store limit.Store) {
+	plain, limited, client := proxies(b, store)
 	var tp, tl []time.Duration
 	i := 0
 	b.ReportAllocs()
@@ -205,43 +220,53 @@ func BenchmarkAddedLatency(b *testing.B) {
 }
 
 // BenchmarkThroughput measures requests a second through the plain proxy
-// and through limiter and proxy, with parallel loopback clients.
+// and through limiter and proxy, with 8 concurrent loopback clients. The
+// two paths take turns in rounds of 256 requests, so both see the same
+// machine at the same moments; it reports each path's rate and limited/plain.
 func BenchmarkThroughput(b *testing.B) {
-	plain, limited, client := proxies(b)
-	// Open the connections both ways first, so neither sub-benchmark
-	// pays for them.
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 50 {
-				for _, u := range []string{plain, limited} {
-					if err := roundTrip(client, u+"/warm", fmt.Sprintf("key-%d", w*50+i)); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, tt := range []struct{ name, url string }{{"plain", plain}, {"limited", limited}} {
-		b.Run(tt.name, func(b *testing.B) {
-			var next atomic.Int64
-			b.ReportAllocs()
-			b.SetParallelism(4)
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					key := fmt.Sprintf("key-%d", next.Add(1)%1000)
-					if err := roundTrip(client, tt.url+"/v1/items", key); err != nil {
+	plain, limited, client := proxies(b, nil)
+	const workers, round = 8, 256
+	// burst sends n requests to url from the workers and returns how long
+	// they took.
+	burst := func(url string, n int, seq *atomic.Int64) time.Duration {
+		var left atomic.Int64
+		left.Store(int64(n))
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 {
+					if err := roundTrip(client, url+"/v1/items", fmt.Sprintf("key-%d", seq.Add(1)%1000)); err != nil {
 						b.Error(err)
 						return
 					}
 				}
 			})
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
-		})
+		}
+		wg.Wait()
+		return time.Since(start)
 	}
+	var seq atomic.Int64
+	burst(plain, 2*round, &seq) // open the connections first
+	burst(limited, 2*round, &seq)
+	var tp, tl time.Duration
+	sent := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		// One iteration is one request on each path; they go in rounds.
+		sent++
+		if sent%round == 0 {
+			tp += burst(plain, round, &seq)
+			tl += burst(limited, round, &seq)
+		}
+	}
+	if tp == 0 || tl == 0 {
+		return
+	}
+	n := float64(sent - sent%round)
+	b.ReportMetric(n/tp.Seconds(), "plain-req/s")
+	b.ReportMetric(n/tl.Seconds(), "limited-req/s")
+	b.ReportMetric(tp.Seconds()/tl.Seconds(), "limited/plain")
 }
 
 // BenchmarkMiddleware measures the limiter's own work per request, with no
