@@ -36,6 +36,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"gateway", "run the rate-limiting gateway (in front of --upstream, or a built-in answer)", runGateway},
+		{"rules", "run the rules service: rules in PostgreSQL, versioned snapshots pushed to gateways", runRules},
 		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runPlan(args, stdout, stderr)
 		}},

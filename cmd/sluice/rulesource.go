@@ -3,11 +3,29 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
 )
+
+// The environment variables a gateway following the rules service reads.
+const (
+	envGatewayID = "SLUICE_GATEWAY_ID" // default: host name and process ID
+	envRegion    = "SLUICE_REGION"
+	// envGatewayToken (rules.go) is the bearer token of role gateway.
+)
+
+// rulesStartTimeout is how long a gateway without a cached snapshot waits
+// for the rules service before it gives up starting.
+const rulesStartTimeout = 10 * time.Second
 
 // newRuleSource returns where the gateway's rules come from: the rules
 // file, the rules service, or the built-in demo rules. An invalid rules
@@ -15,7 +33,7 @@ import (
 func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (gateway.RuleSource, error) {
 	switch {
 	case opts.RulesURL != "":
-		return nil, errors.New("--rules-url: rules service client not available yet")
+		return newServiceRules(ctx, opts, logger)
 	case opts.RulesCache != "":
 		return nil, errors.New("--rules-cache needs --rules-url")
 	case opts.Rules != "":
@@ -32,4 +50,66 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 	}
 	logger.LogAttrs(ctx, slog.LevelInfo, "using the built-in demo rules; pass --rules FILE for your own", slog.String("hash", set.Hash))
 	return gateway.StaticRules(set), nil
+}
+
+// newServiceRules follows the rules service at opts.RulesURL until ctx is
+// done. It starts from the cache file when there is one, so a gateway
+// restarted while the service is down still enforces the last rules it
+// had; without one it waits up to rulesStartTimeout for the service.
+func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (*rulesync.Client, error) {
+	id := os.Getenv(envGatewayID)
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "gateway"
+		}
+		id = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	c, err := rulesync.New(rulesync.Config{
+		URL: opts.RulesURL, Token: os.Getenv(envGatewayToken), Gateway: id, Region: os.Getenv(envRegion),
+		CacheFile: opts.RulesCache, Logger: logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--rules-url: %w", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(runCtx)
+	}()
+	timer := time.NewTimer(rulesStartTimeout)
+	defer timer.Stop()
+	select {
+	case <-c.Ready():
+		// The client runs as long as the gateway: until ctx is done.
+		context.AfterFunc(ctx, stop)
+		logger.LogAttrs(ctx, slog.LevelInfo, "following the rules service", slog.String("url", opts.RulesURL),
+			slog.String("gateway", id), slog.Int64("version", c.Current().Version))
+		return c, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	stop()
+	<-done
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("--rules-url %s: no snapshot within %v and no cached one (--rules-cache): is the rules service up?",
+		opts.RulesURL, rulesStartTimeout)
+}
+
+// ruleSourceHooks returns what a rule source adds to the gateway: it
+// registers the source's metrics on reg, and returns the
+// gateway.Config.OnDecision that reports decisions to the rules service
+// (nil for sources that need none).
+func ruleSourceHooks(src gateway.RuleSource, reg prometheus.Registerer) (func(gateway.Event), error) {
+	c, ok := src.(*rulesync.Client)
+	if !ok {
+		return nil, nil
+	}
+	if err := c.Register(reg); err != nil {
+		return nil, err
+	}
+	return c.Observe, nil
 }

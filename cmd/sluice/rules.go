@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesvc"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// The environment variables the rules service reads, so that secrets stay
+// out of the process list.
+const (
+	envPostgres     = "SLUICE_POSTGRES"
+	envReadToken    = "SLUICE_READ_TOKEN"
+	envWriteToken   = "SLUICE_WRITE_TOKEN"
+	envGatewayToken = "SLUICE_GATEWAY_TOKEN"
+)
+
+// rulesOptions are the rules service's command-line flags.
+type rulesOptions struct {
+	cfg             rulesvc.Config
+	listen          string
+	tokensFile      string
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+}
+
+func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
+	o := rulesOptions{listen: ":8081", shutdownTimeout: 10 * time.Second}
+	c := &o.cfg
+	fs := flag.NewFlagSet("rules", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice rules --postgres DSN [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Runs the rules service: the admin API under /admin/v1, the gateways' snapshot")
+		fmt.Fprintln(stderr, "long poll under /v1, and /metrics. Tokens come from --tokens and from the")
+		fmt.Fprintln(stderr, "environment: "+envReadToken+", "+envWriteToken+" and "+envGatewayToken+".")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.Postgres, "postgres", os.Getenv(envPostgres), "PostgreSQL connection `DSN` (default $"+envPostgres+")")
+	fs.StringVar(&c.Schema, "schema", "sluice", "PostgreSQL `schema` holding the service's tables; created and migrated on start")
+	fs.StringVar(&o.listen, "listen", o.listen, "`address` to serve on")
+	fs.StringVar(&o.tokensFile, "tokens", "", "YAML `file` of tokens: a list of {name, secret, role: read|write|gateway}")
+	durationFlag := func(p *time.Duration, name, def, usage string) {
+		d, _ := rules.ParseDuration(def)
+		*p = time.Duration(d)
+		fs.Func(name, usage+" (default "+def+")", func(s string) error {
+			d, err := rules.ParseDuration(s)
+			*p = time.Duration(d)
+			return err
+		})
+	}
+	durationFlag(&c.MaxOverride, "max-override", "7d", "longest an emergency override may last")
+	durationFlag(&c.ReportRetention, "report-retention", "7d", "how long gateways' reports are kept")
+	fs.DurationVar(&c.PollTimeout, "poll-timeout", 25*time.Second, "longest a gateway's long poll is held")
+	fs.DurationVar(&c.GatewayTTL, "gateway-ttl", 90*time.Second, "how long after its last poll a gateway still counts in the fleet")
+	fs.DurationVar(&c.Refresh, "refresh", 5*time.Second, "how often the state is reread without a NOTIFY, and the fleet counted")
+	fs.BoolVar(&c.Canary.Disabled, "no-canary", false, "send every new version to every gateway at once")
+	fs.Float64Var(&c.Canary.Fraction, "canary-fraction", 0.01, "fraction of gateways that try a new version first (at least one)")
+	fs.DurationVar(&c.Canary.Window, "canary-window", 10*time.Minute, "how long a canary runs before its version is promoted")
+	fs.Float64Var(&c.Canary.Threshold, "canary-threshold", 0.05, "how much higher the canary's refusal rate may be than the rest's before the rollout halts")
+	fs.Int64Var(&c.Canary.MinSample, "canary-min-sample", 1000, "requests each side must report before refusal rates are compared")
+	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return o, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return o, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return o, nil
+}
+
+// rulesTokens reads the tokens file and the environment.
+func rulesTokens(file string) ([]rulesvc.Token, error) {
+	var ts []rulesvc.Token
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--tokens: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&ts); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("--tokens %s: %w", file, err)
+		}
+	}
+	for _, e := range []struct {
+		env  string
+		role rulesvc.Role
+	}{{envReadToken, rulesvc.RoleRead}, {envWriteToken, rulesvc.RoleWrite}, {envGatewayToken, rulesvc.RoleGateway}} {
+		if v := os.Getenv(e.env); v != "" {
+			ts = append(ts, rulesvc.Token{Name: "env-" + string(e.role), Secret: v, Role: e.role})
+		}
+	}
+	return ts, nil
+}
+
+// runRules runs the rules service until ctx is done, then shuts it down.
+func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseRulesFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.cfg.Postgres == "" {
+		return fmt.Errorf("--postgres is empty (and $%s is not set)", envPostgres)
+	}
+	if o.cfg.Tokens, err = rulesTokens(o.tokensFile); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	o.cfg.Registerer, o.cfg.Logger = reg, logger
+	if len(o.cfg.Tokens) == 0 {
+		logger.Warn("no tokens configured: every admin call will be refused; see --tokens")
+	}
+
+	svc, err := rulesvc.New(ctx, o.cfg)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", svc.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		// Run ends the waiting long polls when ctx is done, which lets the
+		// server shut down without waiting out the poll timeout.
+		svc.Run(ctx)
+	})
+	fmt.Fprintf(stdout, "sluice rules: listening on http://%s\n", ln.Addr())
+	logger.Info("rules service listening", "addr", ln.Addr().String(), "schema", o.cfg.Schema)
+	err = gateway.Serve(ctx, gateway.NewServer(mux, logger), ln, o.shutdownTimeout)
+	cancel()
+	return err
+}
