@@ -317,7 +317,12 @@ func TestCloseStopsRefills(t *testing.T) {
 		}
 		s.Close()
 	}
-	if after := runtime.NumGoroutine(); after > before {
+	// A goroutine that signalled its end may take a moment to be gone.
+	after := runtime.NumGoroutine()
+	for deadline := time.Now().Add(time.Second); after > before && time.Now().Before(deadline); after = runtime.NumGoroutine() {
+		time.Sleep(time.Millisecond)
+	}
+	if after > before {
 		t.Errorf("goroutines: %d before 5 stores with refills in flight, %d after closing them", before, after)
 	}
 }
