@@ -1,0 +1,74 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/lease/leasetest"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+func TestTakeUpToConformance(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		addrs func() []string
+	}{
+		{"standalone", func() []string { return []string{standalone.Addr()} }},
+		{"cluster", func() []string { return cluster.Addrs() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leasetest.Run(t, func(t *testing.T, now func() time.Time) leasetest.Granter {
+				return newUpToStore(t, redisstore.Config{Addrs: tc.addrs(), Now: now})
+			})
+		})
+	}
+}
+
+// TestTakeUpToRedisClock runs without a test clock, as production does: the
+// script reads Redis's TIME.
+func TestTakeUpToRedisClock(t *testing.T) {
+	s := newUpToStore(t, redisstore.Config{Addrs: cluster.Addrs()})
+	req := &limit.Request{Key: t.Name(), Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Hour, Burst: 10}}}
+	for i, want := range []int64{4, 4, 2, 0} {
+		g, d, err := s.TakeUpTo(context.Background(), req, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g != want || d.Allowed != (want > 0) {
+			t.Errorf("grant %d of up to 4 from a burst of 10: got %d (allowed %v), want %d", i+1, g, d.Allowed, want)
+		}
+	}
+}
+
+func TestTakeUpToRejects(t *testing.T) {
+	s := newUpToStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	ok := []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}
+	for _, tc := range []struct {
+		name string
+		req  limit.Request
+		want int64
+	}{
+		{"no limits", limit.Request{Key: "k"}, 1},
+		{"negative cost", limit.Request{Key: "k", Cost: -1, Limits: ok}, 1},
+		{"want zero", limit.Request{Key: "k", Limits: ok}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _, err := s.TakeUpTo(context.Background(), &tc.req, tc.want)
+			if err == nil || g != 0 {
+				t.Errorf("got granted %d, error %v; want 0 and an error", g, err)
+			}
+		})
+	}
+}
+
+func newUpToStore(t *testing.T, cfg redisstore.Config) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
