@@ -1,0 +1,357 @@
+package rulesvc_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests run the real binary: rules service replicas and
+// gateways as processes, over the test database.
+
+// sluiceBin is the binary TestMain builds.
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-rulesvc-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", sluiceBin, "github.com/sluice-rl/sluice/cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "build sluice: %v\n", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// lockedBuffer is a process's output, shared by its copier and the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer // guarded by mu
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a running sluice process, owned by the test that started it.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr *lockedBuffer
+	done           chan struct{}
+	url            string // where it listens
+}
+
+var listeningAt = regexp.MustCompile(`listening on (http://\S+)`)
+
+// start runs sluice with args and env and waits until it says where it
+// listens. The test's cleanup kills it.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(sluiceBin, args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("sluice %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.stdout, p.stderr)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m := listeningAt.FindStringSubmatch(p.stdout.String()); m != nil {
+			p.url = m[1]
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("sluice %s exited before listening:\n%s", strings.Join(args, " "), p.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice %s did not listen within 30s", strings.Join(args, " "))
+		}
+	}
+}
+
+// kill ends the process at once, as a crash would.
+func (p *proc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// startService runs a rules service replica on addr over schema.
+func startService(t *testing.T, schema, addr string, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"rules", "--postgres", postgresDSN(), "--schema", schema, "--listen", addr,
+		"--poll-timeout", "2s", "--gateway-ttl", "10s", "--refresh", "500ms"}, extra...)
+	return start(t, []string{"SLUICE_WRITE_TOKEN=" + writeToken, "SLUICE_READ_TOKEN=" + readToken}, args...)
+}
+
+// startGateway runs a gateway following the service at url, keeping its
+// rules in cache.
+func startGateway(t *testing.T, id, url, cache string) *proc {
+	t.Helper()
+	return start(t, []string{"SLUICE_GATEWAY_ID=" + id, "SLUICE_REGION=eu"},
+		"gateway", "--listen", "127.0.0.1:0", "--rules-url", url, "--rules-cache", cache, "--log-level", "warn")
+}
+
+// rulesVersion is the version a gateway's /healthz reports.
+func rulesVersion(t *testing.T, gw *proc) int64 {
+	t.Helper()
+	resp, err := http.Get(gw.url + "/healthz")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var body struct {
+		RulesVersion int64 `json:"rules_version"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return -1
+	}
+	return body.RulesVersion
+}
+
+// statuses sends n requests as apiKey and returns their statuses.
+func statuses(t *testing.T, gw *proc, apiKey string, n int) []int {
+	t.Helper()
+	var out []int
+	for range n {
+		req, _ := http.NewRequest("GET", gw.url+"/v1/items", nil)
+		req.Header.Set("X-API-Key", apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		out = append(out, resp.StatusCode)
+	}
+	return out
+}
+
+// freeAddr returns a loopback address nothing listens on, so a service can
+// be restarted where its gateways look for it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// setFreeLimit changes the free plan's rule: when refuse is set, to a
+// fresh limit (named by tag) of one request an hour, so the second request
+// is refused; else to 1000 a second. It returns the snapshot version that
+// carries the change.
+func setFreeLimit(t *testing.T, base string, ruleID int64, refuse bool, tag string) int64 {
+	t.Helper()
+	lim := map[string]any{"name": "s", "rate": 1000, "per": "1s"}
+	if refuse {
+		lim = map[string]any{"name": "clamp" + tag, "rate": 1, "per": "1h"}
+	}
+	var res struct {
+		Snapshot struct{ Version int64 }
+	}
+	mustCall(t, base, "PUT", fmt.Sprintf("/admin/v1/rules/%d", ruleID), map[string]any{"scope": "plan",
+		"match": map[string]any{"plan": "free"}, "limits": []map[string]any{lim}}, 200, &res)
+	return res.Snapshot.Version
+}
+
+// seedFree declares key_free on the free plan with a generous limit and
+// returns the plan rule's ID.
+func seedFree(t *testing.T, base string) int64 {
+	t.Helper()
+	mustCall(t, base, "PUT", "/admin/v1/keys/key_free", map[string]any{"plan": "free"}, 200, nil)
+	var created struct {
+		After struct{ ID int64 }
+	}
+	mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "plan", "match": map[string]any{"plan": "free"},
+		"limits": []map[string]any{{"name": "s", "rate": 1000, "per": "1s"}}}, 201, &created)
+	return created.After.ID
+}
+
+func waitGatewayVersion(t *testing.T, v int64, gws ...*proc) {
+	t.Helper()
+	eventually(t, 15*time.Second, fmt.Sprintf("gateways at version %d", v), func() bool {
+		for _, gw := range gws {
+			if rulesVersion(t, gw) < v {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestE2EChangeReachesEveryGatewayThroughEitherReplica(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	a := startService(t, schema, "127.0.0.1:0", "--no-canary")
+	b := startService(t, schema, "127.0.0.1:0", "--no-canary")
+	ruleID := seedFree(t, a.url)
+	dir := t.TempDir()
+	// Gateways 0 and 1 follow replica A, 2 and 3 replica B.
+	var gws []*proc
+	for i := range 4 {
+		url := a.url
+		if i >= 2 {
+			url = b.url
+		}
+		gws = append(gws, startGateway(t, fmt.Sprintf("gw-%d", i), url, filepath.Join(dir, fmt.Sprintf("gw-%d.json", i))))
+	}
+	waitGatewayVersion(t, stableVersion(t, a.url), gws...)
+
+	const rounds = 5
+	var worst, total time.Duration
+	for round := range rounds {
+		// Alternate between a limit that refuses the second request and
+		// one that does not; each change goes through replica A.
+		refuse := round%2 == 0
+		sent := time.Now()
+		v := setFreeLimit(t, a.url, ruleID, refuse, fmt.Sprint(round))
+		arrived := make([]time.Duration, len(gws))
+		eventually(t, 10*time.Second, fmt.Sprintf("round %d: every gateway at version %d", round, v), func() bool {
+			all := true
+			for i, gw := range gws {
+				if arrived[i] == 0 {
+					if rulesVersion(t, gw) >= v {
+						arrived[i] = time.Since(sent)
+					} else {
+						all = false
+					}
+				}
+			}
+			return all
+		})
+		slowest := time.Duration(0)
+		for _, d := range arrived {
+			slowest = max(slowest, d)
+		}
+		worst, total = max(worst, slowest), total+slowest
+		t.Logf("round %d: version %d on all %d gateways after %v (per gateway %v)", round, v, len(gws), slowest, arrived)
+		for i, gw := range gws {
+			got := statuses(t, gw, "key_free", 2)
+			want := []int{200, 200}
+			if refuse {
+				want = []int{200, 429}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("round %d, gateway %d: got statuses %v, want %v", round, i, got, want)
+			}
+		}
+	}
+	t.Logf("propagation to %d gateway processes over 2 replicas: mean %v, worst %v (bound 10s)", len(gws), total/rounds, worst)
+}
+
+func TestE2EGatewaysOutliveTheService(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	addr := freeAddr(t)
+	svc := startService(t, schema, addr, "--no-canary")
+	ruleID := seedFree(t, svc.url)
+	v := setFreeLimit(t, svc.url, ruleID, true, "")
+	dir := t.TempDir()
+	cache0, cache1 := filepath.Join(dir, "gw-0.json"), filepath.Join(dir, "gw-1.json")
+	gw0 := startGateway(t, "gw-0", svc.url, cache0)
+	gw1 := startGateway(t, "gw-1", svc.url, cache1)
+	waitGatewayVersion(t, v, gw0, gw1)
+
+	svc.kill()
+	// Both keep enforcing the last rules.
+	for i, gw := range []*proc{gw0, gw1} {
+		if got := statuses(t, gw, "key_free", 2); fmt.Sprint(got) != "[200 429]" {
+			t.Errorf("gateway %d with the service down: got %v, want [200 429]", i, got)
+		}
+	}
+	// A gateway restarted while the service is down starts from its cache.
+	gw1.kill()
+	gw1 = startGateway(t, "gw-1", svc.url, cache1)
+	if got := rulesVersion(t, gw1); got != v {
+		t.Errorf("restarted gateway: got rules version %d, want %d from its cache", got, v)
+	}
+	if got := statuses(t, gw1, "key_free", 2); fmt.Sprint(got) != "[200 429]" {
+		t.Errorf("restarted gateway with the service down: got %v, want [200 429]", got)
+	}
+
+	// The service comes back where it was; gateways catch up on the next
+	// change.
+	svc = startService(t, schema, addr, "--no-canary")
+	v2 := setFreeLimit(t, svc.url, ruleID, false, "")
+	waitGatewayVersion(t, v2, gw0, gw1)
+	for i, gw := range []*proc{gw0, gw1} {
+		if got := statuses(t, gw, "key_free", 2); fmt.Sprint(got) != "[200 200]" {
+			t.Errorf("gateway %d after the service returned: got %v, want [200 200]", i, got)
+		}
+	}
+}
+
+func TestE2EExpiredOverrideStopsApplying(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	svc := startService(t, schema, "127.0.0.1:0")
+	seedFree(t, svc.url)
+	gw := startGateway(t, "gw-0", svc.url, filepath.Join(t.TempDir(), "gw.json"))
+
+	expires := time.Now().Add(3 * time.Second)
+	var res struct {
+		Snapshot struct{ Version, Emergency int64 }
+	}
+	mustCall(t, svc.url, "PUT", "/admin/v1/overrides/key_free", map[string]any{
+		"limits":     []map[string]any{{"name": "clamp", "rate": 1, "per": "1h"}},
+		"expires_at": expires.Format(time.RFC3339Nano), "reason": "INC-9: clamp for a moment"}, 200, &res)
+	v := res.Snapshot.Emergency // when the seeded rules are still a canary
+	if v == 0 {
+		v = res.Snapshot.Version
+	}
+	waitGatewayVersion(t, v, gw)
+	if time.Now().After(expires) {
+		t.Fatal("the override expired before the gateway had it; the test machine is too slow for a 3s expiry")
+	}
+	if got := statuses(t, gw, "key_free", 2); fmt.Sprint(got) != "[200 429]" {
+		t.Fatalf("under the override: got %v, want [200 429]", got)
+	}
+	// Nobody touches it: once expired, requests pass again.
+	eventually(t, 10*time.Second, "the override no longer applying", func() bool {
+		return fmt.Sprint(statuses(t, gw, "key_free", 1)) == "[200]"
+	})
+	if time.Now().Before(expires) {
+		t.Errorf("requests passed at %v, before the override expired at %v", time.Now(), expires)
+	}
+	if got := statuses(t, gw, "key_free", 3); fmt.Sprint(got) != "[200 200 200]" {
+		t.Errorf("after expiry: got %v, want [200 200 200]", got)
+	}
+}
