@@ -127,8 +127,11 @@ func New(cfg Config) (*Client, error) {
 	c.counts.versions = map[int64]*versionCount{}
 	c.counts.shadow = map[shadowID]*shadowCount{}
 	c.fleet.Store(&Fleet{})
-	if c.metrics, err = newMetrics(cfg.Registerer, c); err != nil {
-		return nil, err
+	c.metrics = newMetrics(c)
+	if cfg.Registerer != nil {
+		if err := c.Register(cfg.Registerer); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.CacheFile != "" {
 		if err := c.loadCache(); err != nil {
@@ -245,6 +248,9 @@ func (c *Client) pollOnce(ctx context.Context) error {
 		return fmt.Errorf("poll: %w", err)
 	}
 	c.contact(resp.Header)
+	if cur := c.set.Load(); cur != nil && cur.Version == set.Version && cur.Hash == set.Hash {
+		return nil // nothing new; a service never answers so, but a proxy might
+	}
 	c.swap(set, sn.Canary, &sn.Fleet)
 	c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
 		"fleet", sn.Fleet.Total)

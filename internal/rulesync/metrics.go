@@ -12,9 +12,10 @@ type metrics struct {
 	canary  prometheus.Gauge
 	fleet   prometheus.Gauge
 	errors  prometheus.Counter
+	age     prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
+func newMetrics(c *Client) *metrics {
 	m := &metrics{
 		version: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_snapshot_version",
 			Help: "Version of the rules snapshot in force; 0 before the first."}),
@@ -25,16 +26,22 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rules_sync_errors_total",
 			Help: "Failed polls of the rules service and snapshots that did not load."}),
 	}
-	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rules_snapshot_age_seconds",
+	m.age = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rules_snapshot_age_seconds",
 		Help: "Seconds since the rules service last answered (or since the cached snapshot was saved)."},
 		func() float64 { return c.Age().Seconds() })
-	if reg == nil {
-		return m, nil
-	}
-	for _, col := range []prometheus.Collector{m.version, m.canary, m.fleet, m.errors, age} {
+	return m
+}
+
+// Register adds the client's metrics to reg: the snapshot's version and
+// age (seconds since the service last answered), whether it is a canary,
+// the fleet size and the sync errors. Config.Registerer does the same at
+// New.
+func (c *Client) Register(reg prometheus.Registerer) error {
+	m := c.metrics
+	for _, col := range []prometheus.Collector{m.version, m.canary, m.fleet, m.errors, m.age} {
 		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("rulesync: register metrics: %w", err)
+			return fmt.Errorf("rulesync: register metrics: %w", err)
 		}
 	}
-	return m, nil
+	return nil
 }

@@ -1,0 +1,122 @@
+package rulesync_test
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// totals sums the reports the fake received.
+type totals struct {
+	requests, refused map[int64]int64
+	shadow            map[int64]int64            // by rule
+	keys              map[int64]map[string]int64 // by rule, then key
+}
+
+func (f *fakeService) totals() totals {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tot := totals{requests: map[int64]int64{}, refused: map[int64]int64{}, shadow: map[int64]int64{}, keys: map[int64]map[string]int64{}}
+	for _, rep := range f.reports {
+		for _, v := range rep.Versions {
+			tot.requests[v.Version] += v.Requests
+			tot.refused[v.Version] += v.Refused
+			for _, sh := range v.Shadow {
+				tot.shadow[sh.Rule] += sh.WouldRefuse
+				if tot.keys[sh.Rule] == nil {
+					tot.keys[sh.Rule] = map[string]int64{}
+				}
+				for _, k := range sh.TopKeys {
+					tot.keys[sh.Rule][k.Key] += k.Count
+				}
+			}
+		}
+	}
+	return tot
+}
+
+func TestReportsCountDecisionsPerVersion(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(10))
+	// Reports fail at first: their counts must come with a later one.
+	f.mu.Lock()
+	f.reportStatus = http.StatusServiceUnavailable
+	f.mu.Unlock()
+	c := newClient(t, srv.URL, rulesync.Config{ReportInterval: 10 * time.Millisecond})
+	run(t, c)
+
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				c.Record(5, i%10 == 0)
+				if g == 0 && i < 10 {
+					c.Record(6, true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for range 3 {
+		c.RecordShadow(5, 42, "key_a")
+	}
+	c.RecordShadow(5, 42, "key_b")
+	c.RecordShadow(6, 43, "ip:192.0.2.1")
+	time.Sleep(50 * time.Millisecond) // let a few reports fail
+	f.mu.Lock()
+	f.reportStatus = 0
+	f.mu.Unlock()
+
+	want := totals{
+		requests: map[int64]int64{5: 8000, 6: 10},
+		refused:  map[int64]int64{5: 800, 6: 10},
+		shadow:   map[int64]int64{42: 4, 43: 1},
+	}
+	waitFor(t, "every count reported", func() bool {
+		got := f.totals()
+		return got.requests[5] == want.requests[5] && got.requests[6] == want.requests[6] && got.shadow[42] == 4 && got.shadow[43] == 1
+	})
+	got := f.totals()
+	for v := range want.requests {
+		if got.requests[v] != want.requests[v] || got.refused[v] != want.refused[v] {
+			t.Errorf("version %d: got %d requests %d refused, want %d and %d", v, got.requests[v], got.refused[v], want.requests[v], want.refused[v])
+		}
+	}
+	if got.keys[42]["key_a"] != 3 || got.keys[42]["key_b"] != 1 || got.keys[43]["ip:192.0.2.1"] != 1 {
+		t.Errorf("got shadow keys %v, want rule 42: key_a 3, key_b 1; rule 43: ip:192.0.2.1 1", got.keys)
+	}
+}
+
+func TestObserveCountsGatewayEvents(t *testing.T) {
+	f, srv := newFake(t, 9, docWithDefault(10))
+	c := newClient(t, srv.URL, rulesync.Config{ReportInterval: 10 * time.Millisecond})
+	run(t, c)
+	waitFor(t, "version 9", func() bool { return versionOf(c) == 9 })
+	shadowRule := &rules.Rule{ID: 77, Mode: rules.Shadow}
+	events := []gateway.Event{
+		{Key: "k:key_a", Decision: limit.Decision{Allowed: true}},
+		{Key: "k:key_a", Decision: limit.Decision{Allowed: false}},
+		{Key: "k:key_a", Err: errors.New("store down")}, // says nothing about the rules
+		{Key: "shadow:k:key_a", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
+		{Key: "shadow:ip:192.0.2.9", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
+		{Key: "shadow:k:key_b", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: true}},
+		{Key: "shadow:k:key_c", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false, Index: 3}},
+	}
+	for _, e := range events {
+		c.Observe(e)
+	}
+	waitFor(t, "the events reported", func() bool {
+		got := f.totals()
+		return got.requests[9] == 2 && got.shadow[77] == 2
+	})
+	got := f.totals()
+	if got.refused[9] != 1 || got.keys[77]["key_a"] != 1 || got.keys[77]["ip:192.0.2.9"] != 1 {
+		t.Errorf("got %d refused and shadow keys %v, want 1 refused and key_a, ip:192.0.2.9 once each", got.refused[9], got.keys[77])
+	}
+}
