@@ -142,14 +142,23 @@ func (c *Cluster) slotMap(ctx context.Context) ([]slotRange, error) {
 		if !n.Running() {
 			continue
 		}
-		v, err := n.Do(ctx, "CLUSTER", "SLOTS")
+		m, err := nodeSlots(ctx, n)
 		if err != nil {
 			last = err
 			continue
 		}
-		return parseSlots(v)
+		return m, nil
 	}
 	return nil, last
+}
+
+// nodeSlots asks node n for the slot map as it sees it.
+func nodeSlots(ctx context.Context, n *Server) ([]slotRange, error) {
+	v, err := n.Do(ctx, "CLUSTER", "SLOTS")
+	if err != nil {
+		return nil, err
+	}
+	return parseSlots(v)
 }
 
 // parseSlots reads a CLUSTER SLOTS reply:
@@ -344,11 +353,7 @@ func (c *Cluster) agreedOwner(ctx context.Context, slot int) (*Server, error) {
 		if !n.Running() {
 			continue
 		}
-		v, err := n.Do(ctx, "CLUSTER", "SLOTS")
-		if err != nil {
-			return nil, err
-		}
-		m, err := parseSlots(v)
+		m, err := nodeSlots(ctx, n)
 		if err != nil {
 			return nil, err
 		}
@@ -426,11 +431,7 @@ func (c *Cluster) healthy(ctx context.Context) error {
 		if !n.Running() {
 			continue
 		}
-		v, err := n.Do(ctx, "CLUSTER", "SLOTS")
-		if err != nil {
-			return err
-		}
-		m, err := parseSlots(v)
+		m, err := nodeSlots(ctx, n)
 		if err != nil {
 			return err
 		}

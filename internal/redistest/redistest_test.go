@@ -167,6 +167,10 @@ func TestCluster(t *testing.T) {
 		if _, err := victim.Do(ctx, "SET", "{06S}", "kept"); err != nil { // "06S" hashes to slot 0
 			t.Fatal(err)
 		}
+		// Replication is asynchronous: wait until the replica has the write.
+		if n, err := victim.Do(ctx, "WAIT", "1", "5000"); err != nil || n != int64(1) {
+			t.Fatalf("WAIT for 1 replica: got %v, %v, want 1", n, err)
+		}
 		if err := c.Kill(ctx, victim); err != nil {
 			t.Fatal(err)
 		}

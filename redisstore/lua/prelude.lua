@@ -45,6 +45,18 @@ local function ceildiv(a, b)
   return floordiv(a + b - 1, b)
 end
 
+-- now_ms returns the time of this take in Unix ms: ARGV[1], or Redis's own
+-- clock when ARGV[1] is '0', as production sends. Redis's clock, never the
+-- gateways': their clocks drift apart. nil if ARGV[1] is not a number.
+local function now_ms()
+  local now = tonumber(ARGV[1])
+  if now == 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+
 -- TEST_CLOCK is true when the caller passed the time (ARGV[1] ~= '0'):
 -- only tests do, to drive a fake clock. Production sends '0' and the script
 -- reads Redis's own clock.

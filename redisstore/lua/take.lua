@@ -13,12 +13,7 @@
 -- the end before any other command, so two gateways can never both spend
 -- the last token, and a refused request takes from no limit.
 
-local now = tonumber(ARGV[1])
-if now == 0 then
-  -- Redis's clock, never the gateways': their clocks drift apart.
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_ms()
 local cost = tonumber(ARGV[2])
 local n = #KEYS
 if n == 0 or #ARGV ~= 2 + 4 * n or not now or not cost then
