@@ -135,9 +135,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
+	onDecision, err := ruleSourceHooks(src, reg)
+	if err != nil {
+		return err
+	}
 	lim, err := gateway.New(gateway.Config{
 		Store: store, Rules: src, TrustedProxies: opts.TrustedProxies,
-		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout,
+		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout, OnDecision: onDecision,
 	})
 	if err != nil {
 		return err

@@ -192,7 +192,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"gateway", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		{[]string{"gateway", "--trusted-proxy", "10.0.0.0/33"}, 2, `"10.0.0.0/33" is not a CIDR`},
 		{[]string{"gateway", "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules-url", "http://127.0.0.1:1/"}, 1, "rules service client not available yet"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules-cache", "x.json"}, 1, "--rules-cache needs --rules-url"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules", "a.yaml", "--rules-url", "http://127.0.0.1:1/"}, 1, "choose one"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "ftp://x"}, 1, `--upstream "ftp://x"`},
 	}
 	for _, tt := range tests {
