@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	stable   prometheus.Gauge
 	canary   prometheus.Gauge
+	halted   prometheus.Gauge
 	gateways *prometheus.GaugeVec
 	changes  *prometheus.CounterVec
 }
@@ -20,6 +21,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Snapshot version every gateway outside the canary runs."}),
 		canary: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rulesvc_canary_version",
 			Help: "Snapshot version the canary gateways run; 0 when no canary runs."}),
+		halted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rulesvc_halted_version",
+			Help: "Newest version whose canary halted, while no later version is promoted; 0 otherwise."}),
 		gateways: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_rulesvc_gateways",
 			Help: "Gateways subscribed, by region."}, []string{"region"}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rulesvc_changes_total",
@@ -28,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.stable, m.canary, m.gateways, m.changes} {
+	for _, c := range []prometheus.Collector{m.stable, m.canary, m.halted, m.gateways, m.changes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rulesvc: register metrics: %w", err)
 		}
@@ -45,6 +48,7 @@ func (m *metrics) observe(st *state) {
 	} else {
 		m.canary.Set(0)
 	}
+	m.halted.Set(float64(st.halted))
 	m.gateways.Reset()
 	for r, n := range st.fleet.Regions {
 		m.gateways.WithLabelValues(r).Set(float64(n))

@@ -171,6 +171,7 @@ type state struct {
 	stable   *snap
 	canary   *snap // nil when no canary runs
 	canaries map[string]bool
+	halted   int64 // newest halted version above stable; 0 for none
 	fleet    rulesync.Fleet
 }
 
@@ -363,6 +364,11 @@ func (s *Service) reload(ctx context.Context) error {
 		for _, g := range canaries {
 			next.canaries[g] = true
 		}
+	}
+	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM rollouts WHERE state = 'halted' AND version > $1`,
+		stableV).Scan(&next.halted)
+	if err != nil {
+		return fmt.Errorf("read halted rollouts: %w", err)
 	}
 	if next.fleet, err = s.countFleet(ctx); err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/internal/rulesync"
@@ -247,7 +249,8 @@ func TestCanary(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := startReplica(t, newSchema(t), rulesvc.Config{Refresh: 200 * time.Millisecond, Canary: rulesvc.Canary{
+			reg := prometheus.NewRegistry()
+			r := startReplica(t, newSchema(t), rulesvc.Config{Registerer: reg, Refresh: 200 * time.Millisecond, Canary: rulesvc.Canary{
 				Fraction: 0.25, Window: 3 * time.Second, Threshold: 0.2, MinSample: 30, Check: 100 * time.Millisecond}})
 			base := r.srv.URL
 			for i := range 4 {
@@ -306,6 +309,16 @@ func TestCanary(t *testing.T) {
 			if got := stableVersion(t, base); got != plan.After.Version {
 				t.Errorf("got stable version %d, want %d", got, plan.After.Version)
 			}
+			// What the alert SluiceRulesRolloutHalted watches.
+			eventually(t, 5*time.Second, "the halted version exported", func() bool {
+				mfs, _ := reg.Gather()
+				for _, mf := range mfs {
+					if mf.GetName() == "sluice_rulesvc_halted_version" {
+						return mf.GetMetric()[0].GetGauge().GetValue() == float64(v)
+					}
+				}
+				return false
+			})
 		})
 	}
 }
