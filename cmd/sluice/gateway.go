@@ -89,15 +89,8 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); 0 for none")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return opts, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return opts, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	return opts, nil
+	err := parseFlags(fs, args)
+	return opts, err
 }
 
 // runGateway runs the gateway until ctx is done, then shuts it down.

@@ -90,6 +90,22 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, `Run "sluice COMMAND -h" for a command's flags.`)
 }
 
+// parseFlags parses a subcommand's flags and refuses positional
+// arguments. Its errors are usageErrors: the problem and the usage are
+// already printed on the flag set's output.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		fmt.Fprintln(fs.Output(), err)
+		fs.Usage()
+		return usageError{err}
+	}
+	return nil
+}
+
 // usageError is a command-line mistake the flag package has reported.
 type usageError struct{ err error }
 
