@@ -322,3 +322,44 @@ func TestCanary(t *testing.T) {
 		})
 	}
 }
+
+func TestShadowRulesAreReportedNotEnforced(t *testing.T) {
+	t.Parallel()
+	r := startReplica(t, newSchema(t), rulesvc.Config{Canary: rulesvc.Canary{Disabled: true}})
+	base := r.srv.URL
+	mustCall(t, base, "PUT", "/admin/v1/keys/key_a", map[string]any{"plan": "free"}, 200, nil)
+	mustCall(t, base, "PUT", "/admin/v1/keys/key_b", map[string]any{"plan": "free"}, 200, nil)
+	var shadow struct{ After rulesvc.RuleView }
+	mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "plan", "match": map[string]any{"plan": "free"},
+		"mode": "shadow", "limits": []map[string]any{{"name": "h", "rate": 1, "per": "1h"}}}, 201, &shadow)
+	f := startCanaryFleet(t, base, 2)
+	for _, id := range f.ids {
+		waitVersion(t, shadow.After.Version, f.clients[id])
+	}
+	// key_a: 5 requests on each gateway, key_b: 2 on one. The shadow limit
+	// allows one an hour per gateway's store, so it would refuse 4+4+1.
+	send := func(id, key string, n int) {
+		for range n {
+			req := httptest.NewRequest("GET", "/v1/items", nil)
+			req.Header.Set("X-API-Key", key)
+			rec := httptest.NewRecorder()
+			f.limiters[id].ServeHTTP(rec, req)
+			if rec.Code != 200 {
+				t.Errorf("gateway %s, %s: got status %d, want 200: shadow rules never refuse", id, key, rec.Code)
+			}
+		}
+	}
+	send(f.ids[0], "key_a", 5)
+	send(f.ids[1], "key_a", 5)
+	send(f.ids[0], "key_b", 2)
+
+	var got struct{ Rules []rulesvc.ShadowRule }
+	eventually(t, 10*time.Second, "the shadow report", func() bool {
+		mustCall(t, base, "GET", "/admin/v1/shadow?since=1h", nil, 200, &got)
+		return len(got.Rules) == 1 && got.Rules[0].WouldRefuse == 9
+	})
+	want := []rulesync.KeyCount{{Key: "key_a", Count: 8}, {Key: "key_b", Count: 1}}
+	if sr := got.Rules[0]; sr.Rule != shadow.After.ID || fmt.Sprint(sr.TopKeys) != fmt.Sprint(want) {
+		t.Errorf("got rule %d top keys %v, want rule %d and %v", sr.Rule, sr.TopKeys, shadow.After.ID, want)
+	}
+}
