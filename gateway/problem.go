@@ -44,6 +44,7 @@ type Error struct {
 	Err error
 }
 
+// Error describes the problem and its cause, for logs.
 func (e *Error) Error() string {
 	msg := "gateway: " + strconv.Itoa(e.Problem.Status) + " " + e.Problem.Title
 	if e.Problem.Detail != "" {
