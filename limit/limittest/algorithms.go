@@ -1,11 +1,8 @@
 package limittest
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,25 +128,7 @@ func testConcurrentAlgorithms(t *testing.T, newStore Factory) {
 			clk := NewClock(start)
 			s := newStore(t, clk.Now)
 			req := limit.Request{Key: uniqueKey(t, "k"), Limits: []limit.Limit{{Name: "m", Count: 50, Period: time.Minute, Algorithm: alg}}}
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Go(func() {
-					r := req
-					for range 10 {
-						d, err := s.Take(context.Background(), &r)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			if got := admitted.Load(); got != 50 {
+			if got := admitConcurrently(t, s, req, 8, 10); got != 50 {
 				t.Errorf("80 concurrent requests on a capacity of 50 with the clock stopped: %d admitted, want exactly 50", got)
 			}
 		})

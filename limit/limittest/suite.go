@@ -205,12 +205,20 @@ func testConcurrent(t *testing.T, newStore Factory) {
 	clk := NewClock(start)
 	s := newStore(t, clk.Now)
 	req := limit.Request{Key: uniqueKey(t, "k"), Limits: []limit.Limit{perSecond("s", 1, 50), {Name: "m", Count: 1000, Period: time.Minute}}}
+	if got := admitConcurrently(t, s, req, 16, 20); got != 50 {
+		t.Errorf("320 concurrent requests on a burst of 50 with the clock stopped: %d admitted, want exactly 50", got)
+	}
+}
+
+// admitConcurrently sends req from goroutines goroutines, each times times,
+// and reports how many were admitted.
+func admitConcurrently(t *testing.T, s limit.Store, req limit.Request, goroutines, times int) int64 {
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	for range 16 {
+	for range goroutines {
 		wg.Go(func() {
 			r := req
-			for range 20 {
+			for range times {
 				d, err := s.Take(context.Background(), &r)
 				if err != nil {
 					t.Error(err)
@@ -223,9 +231,7 @@ func testConcurrent(t *testing.T, newStore Factory) {
 		})
 	}
 	wg.Wait()
-	if got := admitted.Load(); got != 50 {
-		t.Errorf("320 concurrent requests on a burst of 50 with the clock stopped: %d admitted, want exactly 50", got)
-	}
+	return admitted.Load()
 }
 
 // testMatchesModel drives a random sequence through the store and through
