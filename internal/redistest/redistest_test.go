@@ -34,6 +34,14 @@ func TestStandalone(t *testing.T) {
 		t.Errorf("unknown command: got error %v, want a ReplyError", err)
 	}
 
+	replies, err := s.DoMulti(ctx, []string{"INCR", "m"}, []string{"NOSUCHCOMMAND"}, []string{"INCR", "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, isErr := replies[1].(ReplyError); len(replies) != 3 || replies[0] != int64(1) || !isErr || replies[2] != int64(2) {
+		t.Errorf("DoMulti INCR, unknown, INCR: got %#v, want 1, a ReplyError, 2", replies)
+	}
+
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +49,7 @@ func TestStandalone(t *testing.T) {
 		t.Error("stopped server: Running true, want false")
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err := s.Do(short, "PING")
+	_, err = s.Do(short, "PING")
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("PING to a stopped server: got error %v, want a deadline", err)
@@ -164,12 +172,11 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := victim.Do(ctx, "SET", "{06S}", "kept"); err != nil { // "06S" hashes to slot 0
-			t.Fatal(err)
-		}
-		// Replication is asynchronous: wait until the replica has the write.
-		if n, err := victim.Do(ctx, "WAIT", "1", "5000"); err != nil || n != int64(1) {
-			t.Fatalf("WAIT for 1 replica: got %v, %v, want 1", n, err)
+		// Replication is asynchronous: WAIT, on the connection that wrote,
+		// until the replica has the write.
+		replies, err := victim.DoMulti(ctx, []string{"SET", "{06S}", "kept"}, []string{"WAIT", "1", "5000"})
+		if err != nil || replies[0] != "OK" || replies[1] != int64(1) {
+			t.Fatalf("SET then WAIT for 1 replica: got %v, %v, want OK and 1", replies, err)
 		}
 		if err := c.Kill(ctx, victim); err != nil {
 			t.Fatal(err)

@@ -31,6 +31,19 @@ const defaultTimeout = 5 * time.Second
 // so that one command goes to exactly the node named, with no redirects,
 // retries or topology caching in between.
 func do(ctx context.Context, addr string, args ...string) (any, error) {
+	replies, err := doMulti(ctx, addr, args)
+	if err != nil {
+		return nil, err
+	}
+	if re, ok := replies[0].(ReplyError); ok {
+		return nil, re
+	}
+	return replies[0], nil
+}
+
+// doMulti sends commands to addr on one fresh connection, in order, and
+// returns their replies; an error reply is a ReplyError among them.
+func doMulti(ctx context.Context, addr string, cmds ...[]string) ([]any, error) {
 	var d net.Dialer
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -52,31 +65,42 @@ func do(ctx context.Context, addr string, args ...string) (any, error) {
 	defer stop()
 
 	buf := make([]byte, 0, 64)
-	buf = append(buf, '*')
-	buf = strconv.AppendInt(buf, int64(len(args)), 10)
-	buf = append(buf, '\r', '\n')
-	for _, a := range args {
-		buf = append(buf, '$')
-		buf = strconv.AppendInt(buf, int64(len(a)), 10)
+	for _, args := range cmds {
+		buf = append(buf, '*')
+		buf = strconv.AppendInt(buf, int64(len(args)), 10)
 		buf = append(buf, '\r', '\n')
-		buf = append(buf, a...)
-		buf = append(buf, '\r', '\n')
+		for _, a := range args {
+			buf = append(buf, '$')
+			buf = strconv.AppendInt(buf, int64(len(a)), 10)
+			buf = append(buf, '\r', '\n')
+			buf = append(buf, a...)
+			buf = append(buf, '\r', '\n')
+		}
 	}
+	name := cmds[0][0]
 	if _, err := conn.Write(buf); err != nil {
-		return nil, fmt.Errorf("send %s to %s: %w", args[0], addr, err)
+		return nil, fmt.Errorf("send %s to %s: %w", name, addr, err)
 	}
-	v, err := readReply(bufio.NewReader(conn))
-	switch {
-	case err == nil:
-		return v, nil
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("%s on %s: %w", args[0], addr, ctx.Err())
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		// The connection's deadline is the context's, and may fire first.
-		return nil, fmt.Errorf("%s on %s: %w: %w", args[0], addr, context.DeadlineExceeded, err)
-	default:
-		return nil, fmt.Errorf("%s on %s: %w", args[0], addr, err)
+	r := bufio.NewReader(conn)
+	replies := make([]any, len(cmds))
+	for i := range replies {
+		v, err := readReply(r)
+		var re ReplyError
+		switch {
+		case err == nil:
+			replies[i] = v
+		case errors.As(err, &re):
+			replies[i] = re
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%s on %s: %w", cmds[i][0], addr, ctx.Err())
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The connection's deadline is the context's, and may fire first.
+			return nil, fmt.Errorf("%s on %s: %w: %w", cmds[i][0], addr, context.DeadlineExceeded, err)
+		default:
+			return nil, fmt.Errorf("%s on %s: %w", cmds[i][0], addr, err)
+		}
 	}
+	return replies, nil
 }
 
 // readReply parses one RESP2 reply: a string (simple or bulk), an int64,

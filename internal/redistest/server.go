@@ -215,6 +215,22 @@ func (s *Server) Do(ctx context.Context, args ...string) (any, error) {
 	return do(ctx, s.addr, args...)
 }
 
+// DoMulti sends commands to this server, in order, on one fresh connection,
+// and returns their replies, an error reply as a ReplyError among them. One
+// connection matters for commands about the connection's own writes, such
+// as WAIT after a SET.
+func (s *Server) DoMulti(ctx context.Context, cmds ...[]string) ([]any, error) {
+	for _, c := range cmds {
+		if len(c) == 0 {
+			return nil, errors.New("redistest: DoMulti needs a command in every slot")
+		}
+	}
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	return doMulti(ctx, s.addr, cmds...)
+}
+
 // Kill kills the process with SIGKILL, as a crash would, and waits for it
 // to exit. Killing a dead server does nothing.
 func (s *Server) Kill() {
