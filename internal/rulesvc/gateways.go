@@ -48,8 +48,10 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 		}
 		wait = min(d, wait)
 	}
-	if err := s.register(r.Context(), gw, region, have); err != nil {
-		return err
+	if err := s.register(r.Context(), gw, region, have); err != nil && r.Context().Err() == nil {
+		// The snapshot in memory is still good: serve it without the
+		// database, which only loses this poll from the fleet count.
+		s.log.Warn("rules service: gateway not registered", "gateway", gw, "err", err)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
