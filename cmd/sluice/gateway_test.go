@@ -26,14 +26,14 @@ func TestDefaultGateway(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &answer); err != nil || answer.Path != "/" {
 		t.Errorf("built-in answer %q (%v), want a JSON naming path /", body, err)
 	}
-	if got := resp.Header.Get("RateLimit-Policy"); got != `"s";q=10;w=2` {
-		t.Errorf("RateLimit-Policy %q, want the demo plan's \"s\";q=10;w=2", got)
+	if got := resp.Header.Get("RateLimit-Policy"); got != `"s";q=5;w=3` {
+		t.Errorf("RateLimit-Policy %q, want the demo plan's \"s\";q=5;w=3", got)
 	}
-	if got := resp.Header.Get("X-RateLimit-Remaining"); got != "9" {
-		t.Errorf("X-RateLimit-Remaining %q, want 9", got)
+	if got := resp.Header.Get("X-RateLimit-Remaining"); got != "4" {
+		t.Errorf("X-RateLimit-Remaining %q, want 4", got)
 	}
-	// The demo key refills 5 a second, so a quick loop empties its burst
-	// of 10 long before 40 requests.
+	// The demo key refills 2 a second, so a quick loop empties its burst
+	// of 5 long before 40 requests.
 	for i := 2; i <= 40; i++ {
 		resp, body = get(t, "GET", p.URL+"/", "X-API-Key", "demo")
 		if resp.StatusCode != 200 {
@@ -41,7 +41,7 @@ func TestDefaultGateway(t *testing.T) {
 		}
 	}
 	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("40 quick requests on a burst of 10: last status %d, want 429", resp.StatusCode)
+		t.Fatalf("40 quick requests on a burst of 5: last status %d, want 429", resp.StatusCode)
 	}
 	if got := resp.Header.Get("Retry-After"); got != "1" {
 		t.Errorf("Retry-After %q, want 1", got)
@@ -272,7 +272,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 	}
 	if refused == 0 {
-		t.Fatalf("15 quick requests on a burst of 10: none refused")
+		t.Fatalf("15 quick requests on a burst of 5: none refused")
 	}
 	resp, body := get(t, "GET", p.MetricsURL+"/metrics")
 	if resp.StatusCode != 200 {
