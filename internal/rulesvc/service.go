@@ -318,7 +318,7 @@ func (s *Service) listenOnce(ctx context.Context) error {
 		if n.Payload != s.cfg.Schema {
 			continue
 		}
-		if err := s.reload(ctx); err != nil {
+		if err := s.reload(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("rules service: reload after NOTIFY failed", "err", err)
 		}
 	}

@@ -22,6 +22,13 @@ import (
 // test ends.
 func startClient(t *testing.T, base, id, region string, cfg rulesync.Config) *rulesync.Client {
 	t.Helper()
+	c, _ := startStoppableClient(t, base, id, region, cfg)
+	return c
+}
+
+// startStoppableClient is startClient that the test may also stop early.
+func startStoppableClient(t *testing.T, base, id, region string, cfg rulesync.Config) (*rulesync.Client, func()) {
+	t.Helper()
 	cfg.URL, cfg.Gateway, cfg.Region = base, id, region
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
@@ -42,11 +49,12 @@ func startClient(t *testing.T, base, id, region string, cfg rulesync.Config) *ru
 		defer close(done)
 		c.Run(ctx)
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		<-done
-	})
-	return c
+	}
+	t.Cleanup(stop)
+	return c, stop
 }
 
 func version(c *rulesync.Client) int64 {
@@ -156,8 +164,9 @@ func TestFleetSizeCountsSubscribedGateways(t *testing.T) {
 	cs := []*rulesync.Client{
 		startClient(t, r.srv.URL, "gw-1", "eu", rulesync.Config{Wait: 200 * time.Millisecond}),
 		startClient(t, r.srv.URL, "gw-2", "eu", rulesync.Config{Wait: 200 * time.Millisecond}),
-		startClient(t, r.srv.URL, "gw-3", "us", rulesync.Config{Wait: 200 * time.Millisecond}),
 	}
+	gw3, stop3 := startStoppableClient(t, r.srv.URL, "gw-3", "us", rulesync.Config{Wait: 200 * time.Millisecond})
+	cs = append(cs, gw3)
 	eventually(t, 10*time.Second, "every gateway sees a fleet of 3: eu 2, us 1", func() bool {
 		for _, c := range cs {
 			f := c.FleetSize()
@@ -166,6 +175,12 @@ func TestFleetSizeCountsSubscribedGateways(t *testing.T) {
 			}
 		}
 		return true
+	})
+	// A gateway that stops polling drops out after the TTL.
+	stop3()
+	eventually(t, 10*time.Second, "the others see a fleet of 2, eu only", func() bool {
+		f := cs[0].FleetSize()
+		return f.Total == 2 && f.Regions["eu"] == 2 && f.Regions["us"] == 0
 	})
 }
 
@@ -361,5 +376,78 @@ func TestShadowRulesAreReportedNotEnforced(t *testing.T) {
 	want := []rulesync.KeyCount{{Key: "key_a", Count: 8}, {Key: "key_b", Count: 1}}
 	if sr := got.Rules[0]; sr.Rule != shadow.After.ID || fmt.Sprint(sr.TopKeys) != fmt.Sprint(want) {
 		t.Errorf("got rule %d top keys %v, want rule %d and %v", sr.Rule, sr.TopKeys, shadow.After.ID, want)
+	}
+}
+
+func TestGatewayEndpointsNeedTheGatewayToken(t *testing.T) {
+	t.Parallel()
+	const gwToken = "gateway-token-0123456789"
+	r := startReplica(t, newSchema(t), rulesvc.Config{Tokens: append([]rulesvc.Token{
+		{Name: "gateways", Secret: gwToken, Role: rulesvc.RoleGateway}}, testTokens...)})
+	base := r.srv.URL
+	tests := []struct {
+		name, token, method, path, body string
+		want                            int
+	}{
+		{"poll without a token", "", "GET", "/v1/snapshot?gateway=gw-1&wait=0s", "", 401},
+		{"poll with a write token", writeToken, "GET", "/v1/snapshot?gateway=gw-1&wait=0s", "", 403},
+		{"poll with the gateway token", gwToken, "GET", "/v1/snapshot?gateway=gw-1&wait=0s", "", 200},
+		{"poll up to date", gwToken, "GET", "/v1/snapshot?gateway=gw-1&after=1&wait=0s", "", 304},
+		{"poll without a gateway ID", gwToken, "GET", "/v1/snapshot?wait=0s", "", 400},
+		{"admin with the gateway token", gwToken, "GET", "/admin/v1/rules", "", 403},
+		{"report without a token", "", "POST", "/v1/report", `{"gateway":"gw-1","versions":[]}`, 401},
+		{"report", gwToken, "POST", "/v1/report", `{"gateway":"gw-1","versions":[{"version":1,"requests":3,"refused":1}]}`, 204},
+		{"report refusing more than it decided", gwToken, "POST", "/v1/report", `{"gateway":"gw-1","versions":[{"version":1,"requests":1,"refused":2}]}`, 400},
+		{"report with an unknown field", gwToken, "POST", "/v1/report", `{"gateway":"gw-1","versions":[],"extra":1}`, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, raw := call(t, base, tt.token, tt.method, tt.path, tt.body, nil); code != tt.want {
+				t.Errorf("got status %d, want %d: %s", code, tt.want, raw)
+			}
+		})
+	}
+	c := startClient(t, base, "gw-2", "eu", rulesync.Config{Token: gwToken})
+	waitVersion(t, 1, c)
+}
+
+func TestConcurrentChangesAreSerialized(t *testing.T) {
+	t.Parallel()
+	r := startReplica(t, newSchema(t), rulesvc.Config{Canary: rulesvc.Canary{Disabled: true}})
+	base := r.srv.URL
+	const n = 10
+	versions := make(chan int64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			var res struct{ Snapshot rulesvc.Published }
+			code, raw := call(t, base, writeToken, "POST", "/admin/v1/rules", map[string]any{"scope": "plan",
+				"match": map[string]any{"plan": fmt.Sprintf("plan%d", i)}, "limits": []map[string]any{{"name": "s", "rate": 10, "per": "1s"}}}, &res)
+			if code != 201 {
+				t.Errorf("create %d: got %d %s", i, code, raw)
+			}
+			versions <- res.Snapshot.Version
+		})
+	}
+	wg.Wait()
+	close(versions)
+	seen := map[int64]bool{}
+	var last int64
+	for v := range versions {
+		if seen[v] {
+			t.Errorf("two changes got version %d", v)
+		}
+		seen[v] = true
+		last = max(last, v)
+	}
+	// The last version holds every change, whatever order they ran in.
+	c := startClient(t, base, "gw-1", "eu", rulesync.Config{})
+	waitVersion(t, last, c)
+	plans := map[string]bool{}
+	for _, r := range c.Current().Document().Rules {
+		plans[r.Match.Plan] = true
+	}
+	if len(plans) != n {
+		t.Errorf("version %d: got rules of plans %v, want all %d", last, plans, n)
 	}
 }
