@@ -43,7 +43,7 @@ type rulesOptions struct {
 }
 
 func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
-	o := rulesOptions{listen: ":8081", shutdownTimeout: 10 * time.Second}
+	o := rulesOptions{listen: "127.0.0.1:8081", shutdownTimeout: 10 * time.Second}
 	c := &o.cfg
 	fs := flag.NewFlagSet("rules", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRulesUsage(t *testing.T) {
+	dir := t.TempDir()
+	shortSecret := filepath.Join(dir, "short.yaml")
+	if err := os.WriteFile(shortSecret, []byte("- {name: ops, secret: tooshort, role: write}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badRole := filepath.Join(dir, "role.yaml")
+	if err := os.WriteFile(badRole, []byte("- {name: ops, secret: 0123456789abcdef, role: admin}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unknownField := filepath.Join(dir, "field.yaml")
+	if err := os.WriteFile(unknownField, []byte("- {name: ops, secret: 0123456789abcdef, role: write, colour: red}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dsn := "postgres://postgres@127.0.0.1:1/none"
+	tests := []struct {
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{[]string{"help"}, 0, "rules "},
+		{[]string{"rules", "-h"}, 0, "usage: sluice rules --postgres DSN"},
+		{[]string{"rules", "--max-override", "3x"}, 2, `period "3x"`},
+		{[]string{"rules", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"rules"}, 1, "--postgres is empty"},
+		{[]string{"rules", "--postgres", dsn, "--tokens", filepath.Join(dir, "missing.yaml")}, 1, "--tokens"},
+		{[]string{"rules", "--postgres", dsn, "--tokens", shortSecret}, 1, "secret is 8 bytes, want at least 16"},
+		{[]string{"rules", "--postgres", dsn, "--tokens", badRole}, 1, `role "admin" is not read, write or gateway`},
+		{[]string{"rules", "--postgres", dsn, "--tokens", unknownField}, 1, "field colour not found"},
+		{[]string{"rules", "--postgres", dsn, "--schema", "Bad-Schema"}, 1, `schema "Bad-Schema"`},
+		{[]string{"rules", "--postgres", dsn, "--canary-fraction", "2"}, 1, "canary fraction 2 is not between 0 and 1"},
+		{[]string{"rules", "--postgres", dsn, "--poll-timeout", "2m"}, 1, "gateway TTL 1m30s must exceed the poll timeout 2m0s"},
+		{[]string{"rules", "--postgres", dsn}, 1, "postgres connect"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runSluice(t, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d", code, tt.wantCode)
+			}
+			if !strings.Contains(stdout+stderr, tt.want) {
+				t.Errorf("output lacks %q:\nstdout:\n%s\nstderr:\n%s", tt.want, stdout, stderr)
+			}
+		})
+	}
+}
+
+func TestRulesFlagDefaults(t *testing.T) {
+	o, err := parseRulesFlags([]string{"--postgres", "postgres://x/y"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg
+	got := []any{o.listen, c.Schema, c.MaxOverride, c.PollTimeout, c.GatewayTTL, c.Canary.Fraction, c.Canary.Window, c.Canary.MinSample}
+	want := []any{"127.0.0.1:8081", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 10 * time.Minute, int64(1000)}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("default %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+}
