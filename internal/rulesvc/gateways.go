@@ -91,6 +91,8 @@ func writeSnapshot(w http.ResponseWriter, st *state, sn *snap, canary bool) erro
 
 // register records that a gateway polled, so it counts in the fleet.
 func (s *Service) register(ctx context.Context, gw, region string, version int64) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	_, err := s.pool.Exec(ctx, `INSERT INTO gateways (id, region, version, last_seen) VALUES ($1, $2, $3, now())
 		ON CONFLICT (id) DO UPDATE SET region = excluded.region, version = excluded.version, last_seen = now()`,
 		gw, region, version)

@@ -80,7 +80,13 @@ type replica struct {
 // filled in when empty.
 func startReplica(t *testing.T, schema string, cfg rulesvc.Config) *replica {
 	t.Helper()
-	cfg.Postgres, cfg.Schema = postgresDSN(), schema
+	return startReplicaDSN(t, postgresDSN(), schema, cfg)
+}
+
+// startReplicaDSN is startReplica over the database at dsn.
+func startReplicaDSN(t *testing.T, dsn, schema string, cfg rulesvc.Config) *replica {
+	t.Helper()
+	cfg.Postgres, cfg.Schema = dsn, schema
 	if cfg.Tokens == nil {
 		cfg.Tokens = testTokens
 	}

@@ -159,8 +159,11 @@ type Service struct {
 
 	state atomic.Pointer[state]
 
-	mu      sync.Mutex
-	changed chan struct{} // closed when state changes, then replaced; guarded by mu
+	// reloading serializes reloads, so an older read never replaces a
+	// newer one; it is held across database queries, mu never is.
+	reloading sync.Mutex
+	mu        sync.Mutex
+	changed   chan struct{} // closed when state changes, then replaced; guarded by mu
 
 	stopped  chan struct{} // closed when Run returns: waiting polls give up
 	stopOnce sync.Once
@@ -333,11 +336,17 @@ func (s *Service) notify(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
+// dbTimeout bounds the service's own database work, so a database that
+// hangs cannot hold up the polls answered from memory.
+const dbTimeout = 10 * time.Second
+
 // reload rereads what gateways should run and the fleet, and wakes the
 // waiting polls if any of it changed. Concurrent reloads are serialized.
 func (s *Service) reload(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.reloading.Lock()
+	defer s.reloading.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
 	old := s.state.Load()
 	next := &state{canaries: map[string]bool{}}
 
@@ -373,8 +382,10 @@ func (s *Service) reload(ctx context.Context) error {
 	if next.fleet, err = s.countFleet(ctx); err != nil {
 		return err
 	}
-	s.state.Store(next)
 	s.metrics.observe(next)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.Store(next)
 	if !sameState(old, next) {
 		close(s.changed)
 		s.changed = make(chan struct{})

@@ -3,8 +3,11 @@ package rulesvc_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -449,5 +452,80 @@ func TestConcurrentChangesAreSerialized(t *testing.T) {
 	}
 	if len(plans) != n {
 		t.Errorf("version %d: got rules of plans %v, want all %d", last, plans, n)
+	}
+}
+
+// cutProxy forwards TCP connections to target until cut, which closes
+// every connection and refuses new ones: a database that went away.
+type cutProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn // guarded by mu
+	wg    sync.WaitGroup
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Go(func() { io.Copy(up, c); up.Close() })
+			p.wg.Go(func() { io.Copy(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func TestPollsAreAnsweredWhileTheDatabaseIsDown(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(postgresDSN())
+	if err != nil {
+		t.Fatalf("SLUICE_TEST_POSTGRES must be a URL here: %v", err)
+	}
+	proxy := startCutProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	schema := newSchema(t)
+	r := startReplicaDSN(t, u.String(), schema, rulesvc.Config{Canary: rulesvc.Canary{Disabled: true}})
+	base := r.srv.URL
+	var res struct{ Snapshot rulesvc.Published }
+	mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "default",
+		"limits": []map[string]any{{"name": "s", "rate": 7, "per": "1s"}}}, 201, &res)
+
+	proxy.cut()
+	// A gateway that starts now still gets the rules, from memory.
+	c := startClient(t, base, "gw-late", "eu", rulesync.Config{})
+	waitVersion(t, res.Snapshot.Version, c)
+	// Changes fail, and say so.
+	code, raw := call(t, base, writeToken, "POST", "/admin/v1/rules", map[string]any{"scope": "ip",
+		"limits": []map[string]any{{"name": "ip", "rate": 7, "per": "1s"}}}, nil)
+	if code != 500 {
+		t.Errorf("change with the database down: got %d %s, want 500", code, raw)
 	}
 }
