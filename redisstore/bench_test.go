@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,11 +40,13 @@ func BenchmarkTake(b *testing.B) {
 		for _, n := range []int{1, 2} {
 			for _, mode := range []string{"serial", "parallel"} {
 				b.Run(fmt.Sprintf("%s/limits=%d/%s", tg.name, n, mode), func(b *testing.B) {
+					resetStats(b, tg)
 					runLatency(b, mode == "parallel", func(ctx context.Context, key int) error {
 						req := limit.Request{Key: keys[key], Limits: benchLimits[:n]}
 						_, err := s.Take(ctx, &req)
 						return err
 					})
+					reportServerTime(b, tg)
 				})
 			}
 		}
@@ -62,12 +66,57 @@ func BenchmarkEvalshaTrivial(b *testing.B) {
 		}
 		for _, mode := range []string{"serial", "parallel"} {
 			b.Run(tg.name+"/"+mode, func(b *testing.B) {
+				resetStats(b, tg)
 				runLatency(b, mode == "parallel", func(ctx context.Context, key int) error {
 					return eval(ctx, keys[key])
 				})
+				reportServerTime(b, tg)
 			})
 		}
 	}
+}
+
+// resetStats clears the standalone server's command statistics, so that
+// reportServerTime sees only this benchmark's calls.
+func resetStats(b *testing.B, tg target) {
+	if tg.name != "Standalone" {
+		return
+	}
+	if _, err := standalone.Do(context.Background(), "CONFIG", "RESETSTAT"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// reportServerTime reports how long the standalone server spent in one
+// EVALSHA on average, by its own count (INFO commandstats): the script's
+// cost alone, without the network and the client, and less disturbed by
+// other load on the machine than the client's latency.
+func reportServerTime(b *testing.B, tg target) {
+	if tg.name != "Standalone" {
+		return
+	}
+	v, err := standalone.Do(context.Background(), "INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, _ := v.(string)
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(rest, ",") {
+			if us, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+				f, err := strconv.ParseFloat(us, 64)
+				if err != nil {
+					b.Fatalf("commandstats usec_per_call %q: %v", us, err)
+				}
+				b.ReportMetric(f, "redis-µs/call")
+				return
+			}
+		}
+	}
+	b.Fatalf("INFO commandstats has no evalsha line: %q", info)
 }
 
 func benchStore(b *testing.B, tg target) *redisstore.Store {
