@@ -138,8 +138,15 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
-	if len(o.cfg.Tokens) == 0 {
-		logger.Warn("no tokens configured: every admin call will be refused; see --tokens")
+	roles := map[rulesvc.Role]bool{}
+	for _, t := range o.cfg.Tokens {
+		roles[t.Role] = true
+	}
+	if !roles[rulesvc.RoleWrite] {
+		logger.Warn("no write token configured: every change will be refused; see --tokens")
+	}
+	if !roles[rulesvc.RoleGateway] {
+		logger.Warn("no gateway token configured: anyone who reaches /v1 can read the snapshot, key directory included")
 	}
 
 	svc, err := rulesvc.New(ctx, o.cfg)

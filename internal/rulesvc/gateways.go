@@ -65,7 +65,9 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case <-changed:
 		case <-timer.C:
-			setFleet(w, st.fleet)
+			st = s.state.Load()
+			_, canary = st.assigned(gw)
+			setHeaders(w, st.fleet, canary)
 			w.WriteHeader(http.StatusNotModified)
 			return nil
 		case <-r.Context().Done():
@@ -76,14 +78,15 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func setFleet(w http.ResponseWriter, f rulesync.Fleet) {
+func setHeaders(w http.ResponseWriter, f rulesync.Fleet, canary bool) {
 	if b, err := json.Marshal(f); err == nil {
 		w.Header().Set(rulesync.FleetHeader, string(b))
 	}
+	w.Header().Set(rulesync.CanaryHeader, map[bool]string{false: "0", true: "1"}[canary])
 }
 
 func writeSnapshot(w http.ResponseWriter, st *state, sn *snap, canary bool) error {
-	setFleet(w, st.fleet)
+	setHeaders(w, st.fleet, canary)
 	writeJSON(w, http.StatusOK, rulesync.Snapshot{Version: sn.version, Hash: sn.hash, Canary: canary,
 		Fleet: st.fleet, Document: sn.doc})
 	return nil

@@ -304,6 +304,9 @@ func TestCanary(t *testing.T) {
 			}
 			canary := f.clients[ro.Canaries[0]]
 			waitVersion(t, v, canary)
+			if !canary.Canary() {
+				t.Errorf("gateway %s on version %d does not know it is the canary", ro.Canaries[0], v)
+			}
 			for _, id := range f.ids {
 				if id != ro.Canaries[0] && version(f.clients[id]) >= v {
 					t.Errorf("gateway %s outside the canary got version %d during the canary", id, version(f.clients[id]))
@@ -318,6 +321,7 @@ func TestCanary(t *testing.T) {
 			t.Logf("version %d %s: %s", v, ro.State, ro.Reason)
 			if tt.wantState == "promoted" {
 				waitVersion(t, v, all...)
+				eventually(t, 10*time.Second, "the canary told it is one no more", func() bool { return !canary.Canary() })
 				return
 			}
 			// Halted: the canary goes back to the stable version.

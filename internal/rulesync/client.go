@@ -145,6 +145,10 @@ func New(cfg Config) (*Client, error) {
 // known. The set is immutable: a new snapshot replaces it whole.
 func (c *Client) Current() *rules.Set { return c.set.Load() }
 
+// Canary reports whether the service last said this gateway runs a canary
+// version.
+func (c *Client) Canary() bool { return c.canary.Load() }
+
 // Ready is closed once a rule set is known, from the cache or the service.
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
@@ -291,9 +295,14 @@ func (c *Client) swap(set *rules.Set, canary bool, fleet *Fleet) {
 	c.readyOnce.Do(func() { close(c.ready) })
 }
 
-// contact records an answer from the service and the fleet it carried.
+// contact records an answer from the service and the fleet and canary
+// state it carried.
 func (c *Client) contact(h http.Header) {
 	c.lastContact.Store(c.now().UnixNano())
+	if v := h.Get(CanaryHeader); v != "" {
+		c.canary.Store(v == "1")
+		c.metrics.canary.Set(map[bool]float64{false: 0, true: 1}[v == "1"])
+	}
 	if v := h.Get(FleetHeader); v != "" {
 		var f Fleet
 		if err := json.Unmarshal([]byte(v), &f); err == nil {

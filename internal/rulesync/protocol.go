@@ -18,6 +18,10 @@ const (
 	// FleetHeader carries the [Fleet] as JSON on every snapshot answer,
 	// 304 included, so fleet counts stay fresh between versions.
 	FleetHeader = "Sluice-Fleet"
+	// CanaryHeader is "1" on every snapshot answer, 304 included, while
+	// the gateway runs a canary version, and "0" otherwise: a promoted
+	// canary stays on its version without a new body.
+	CanaryHeader = "Sluice-Canary"
 )
 
 // MaxGatewayID is the longest gateway ID the service accepts, in bytes.
