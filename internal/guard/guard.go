@@ -285,8 +285,8 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 
 // TakeUpTo takes between req's cost and want tokens, as the remote's
 // TakeUpTo does, and says where the answer came from. While the key's shard
-// cannot answer, the local fallback grants from the gateway's own share of
-// each limit. On a fail-closed refusal the error wraps ErrUnavailable and
+// cannot answer, the local fallback grants exactly the cost, from the
+// gateway's own share of each limit. On a fail-closed refusal the error wraps ErrUnavailable and
 // the Answer still names the limit that refused and the wait until the
 // shard is probed again.
 func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (Answer, error) {
@@ -301,7 +301,7 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (A
 	call, probe := sh.b.admit(s.now())
 	sh.mu.Unlock()
 	if !call {
-		return s.fallback(sh, req, want, nil)
+		return s.fallback(sh, req, nil)
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -328,7 +328,7 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (A
 	}
 	s.record(sh, probe, err)
 	if err != nil {
-		return s.fallback(sh, req, want, err)
+		return s.fallback(sh, req, err)
 	}
 	return Answer{Decision: d, Granted: granted, Source: FromRedis}, nil
 }
@@ -368,7 +368,7 @@ func (s *Store) record(sh *shard, probe bool, err error) {
 // closed, else by the gateway's own share of each limit. cause is the
 // failure of this request's own call, nil when the breaker kept it from
 // calling.
-func (s *Store) fallback(sh *shard, req *limit.Request, want int64, cause error) (Answer, error) {
+func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (Answer, error) {
 	now := s.now()
 	for i := range req.Limits {
 		if l := &req.Limits[i]; l.FailClosed {
@@ -392,7 +392,9 @@ func (s *Store) fallback(sh *shard, req *limit.Request, want int64, cause error)
 	for i := range req.Limits {
 		local.Limits[i] = scale(req.Limits[i], part)
 	}
-	granted, d := s.local.TakeUpToAt(now.UnixMilli(), &local, want)
+	// Exactly the cost: batches are for tokens from the shared store, and
+	// a local answer must read as one wherever it is spent.
+	granted, d := s.local.TakeUpToAt(now.UnixMilli(), &local, req.EffectiveCost())
 	s.metrics.fallback(FromLocalFallback, d.Allowed)
 	return Answer{Decision: d, Granted: granted, Source: FromLocalFallback}, nil
 }

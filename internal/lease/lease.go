@@ -290,10 +290,12 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64) {
 		defer e.mu.Unlock()
 		e.b.fetching = false
 		switch {
-		case err != nil:
+		case err != nil, a.Source != guard.FromRedis:
+			// A token from the local fallback is one request's answer, not
+			// a lease: dropping it errs under the limit, as leases do.
 		case a.Granted > 0:
 			e.b.add(now, a.Granted, s.ttl, a.Decision)
-		case a.Source == guard.FromRedis:
+		default:
 			e.b.deny(now, 1, s.ttl, a.Decision)
 		}
 	}()
