@@ -27,12 +27,14 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	route("GET", "/rules/{id}", RoleRead, s.getRule)
 	route("PUT", "/rules/{id}", RoleWrite, s.replaceRule)
 	route("DELETE", "/rules/{id}", RoleWrite, s.deleteRule)
-	route("GET", "/keys/{key}", RoleRead, s.getKey)
-	route("PUT", "/keys/{key}", RoleWrite, s.putKey)
-	route("DELETE", "/keys/{key}", RoleWrite, s.deleteKey)
+	keys, eps := keyEntries(), endpointEntries()
+	route("GET", "/keys/{name}", RoleRead, getEntry(s, keys))
+	route("PUT", "/keys/{name}", RoleWrite, putEntry(s, keys))
+	route("DELETE", "/keys/{name}", RoleWrite, deleteEntry(s, keys))
 	route("GET", "/endpoints", RoleRead, s.listEndpoints)
-	route("PUT", "/endpoints/{name}", RoleWrite, s.putEndpoint)
-	route("DELETE", "/endpoints/{name}", RoleWrite, s.deleteEndpoint)
+	route("GET", "/endpoints/{name}", RoleRead, getEntry(s, eps))
+	route("PUT", "/endpoints/{name}", RoleWrite, putEntry(s, eps))
+	route("DELETE", "/endpoints/{name}", RoleWrite, deleteEntry(s, eps))
 	route("GET", "/overrides", RoleRead, s.listOverrides)
 	route("PUT", "/overrides/{key}", RoleWrite, s.putOverride)
 	route("DELETE", "/overrides/{key}", RoleWrite, s.deleteOverride)
@@ -302,81 +304,6 @@ func (s *Service) validateRule(w http.ResponseWriter, r *http.Request, _ string)
 	return nil
 }
 
-func (s *Service) getKey(w http.ResponseWriter, r *http.Request, _ string) error {
-	key := r.PathValue("key")
-	var info rules.KeyInfo
-	err := s.pool.QueryRow(r.Context(), "SELECT plan, org FROM api_keys WHERE key = $1", key).Scan(&info.Plan, &info.Org)
-	if isNoRows(err) {
-		return notFound("no key %q", key)
-	}
-	if err != nil {
-		return fmt.Errorf("read key: %w", err)
-	}
-	writeJSON(w, http.StatusOK, info)
-	return nil
-}
-
-func readKey(ctx context.Context, tx pgx.Tx, key string) (*rules.KeyInfo, error) {
-	var info rules.KeyInfo
-	err := tx.QueryRow(ctx, "SELECT plan, org FROM api_keys WHERE key = $1", key).Scan(&info.Plan, &info.Org)
-	if isNoRows(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read key: %w", err)
-	}
-	return &info, nil
-}
-
-func (s *Service) putKey(w http.ResponseWriter, r *http.Request, who string) error {
-	key := r.PathValue("key")
-	var info rules.KeyInfo
-	if err := decode(r, &info); err != nil {
-		return err
-	}
-	_, pub, err := s.commit(r.Context(), change{who: who, action: "key.put",
-		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			before, err := readKey(ctx, tx, key)
-			if err != nil {
-				return outcome{}, err
-			}
-			_, err = tx.Exec(ctx, `INSERT INTO api_keys (key, plan, org) VALUES ($1, $2, $3)
-				ON CONFLICT (key) DO UPDATE SET plan = excluded.plan, org = excluded.org, updated_at = now()`, key, info.Plan, info.Org)
-			if err != nil {
-				return outcome{}, fmt.Errorf("put key: %w", err)
-			}
-			return outcome{target: "keys/" + key, before: nilIfNone(before), after: info}, nil
-		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: info})
-	return nil
-}
-
-func (s *Service) deleteKey(w http.ResponseWriter, r *http.Request, who string) error {
-	key := r.PathValue("key")
-	_, pub, err := s.commit(r.Context(), change{who: who, action: "key.delete",
-		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			before, err := readKey(ctx, tx, key)
-			if err != nil {
-				return outcome{}, err
-			}
-			if before == nil {
-				return outcome{}, notFound("no key %q", key)
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM api_keys WHERE key = $1", key); err != nil {
-				return outcome{}, fmt.Errorf("delete key: %w", err)
-			}
-			return outcome{target: "keys/" + key, before: before}, nil
-		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
-	return nil
-}
-
 // nilIfNone keeps a missing value out of the audit log as JSON null rather
 // than a typed nil.
 func nilIfNone[T any](p *T) any {
@@ -392,72 +319,6 @@ func (s *Service) listEndpoints(w http.ResponseWriter, r *http.Request, _ string
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"endpoints": eps})
-	return nil
-}
-
-func readEndpoint(ctx context.Context, tx pgx.Tx, name string) (*rules.Endpoint, error) {
-	ep := rules.Endpoint{Name: name}
-	err := tx.QueryRow(ctx, "SELECT method, path, cost FROM endpoints WHERE name = $1", name).Scan(&ep.Method, &ep.Path, &ep.Cost)
-	if isNoRows(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read endpoint: %w", err)
-	}
-	return &ep, nil
-}
-
-func (s *Service) putEndpoint(w http.ResponseWriter, r *http.Request, who string) error {
-	name := r.PathValue("name")
-	var ep rules.Endpoint
-	if err := decode(r, &ep); err != nil {
-		return err
-	}
-	if ep.Name != "" && ep.Name != name {
-		return badRequest("name", "%q does not match the path's %q", ep.Name, name)
-	}
-	ep.Name = name
-	_, pub, err := s.commit(r.Context(), change{who: who, action: "endpoint.put",
-		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			before, err := readEndpoint(ctx, tx, name)
-			if err != nil {
-				return outcome{}, err
-			}
-			_, err = tx.Exec(ctx, `INSERT INTO endpoints (name, method, path, cost) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (name) DO UPDATE SET method = excluded.method, path = excluded.path, cost = excluded.cost,
-				updated_at = now()`, name, ep.Method, ep.Path, ep.Cost)
-			if err != nil {
-				return outcome{}, fmt.Errorf("put endpoint: %w", err)
-			}
-			return outcome{target: "endpoints/" + name, before: nilIfNone(before), after: ep}, nil
-		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: ep})
-	return nil
-}
-
-func (s *Service) deleteEndpoint(w http.ResponseWriter, r *http.Request, who string) error {
-	name := r.PathValue("name")
-	_, pub, err := s.commit(r.Context(), change{who: who, action: "endpoint.delete",
-		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			before, err := readEndpoint(ctx, tx, name)
-			if err != nil {
-				return outcome{}, err
-			}
-			if before == nil {
-				return outcome{}, notFound("no endpoint %q", name)
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM endpoints WHERE name = $1", name); err != nil {
-				return outcome{}, fmt.Errorf("delete endpoint: %w", err)
-			}
-			return outcome{target: "endpoints/" + name, before: before}, nil
-		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
 	return nil
 }
 

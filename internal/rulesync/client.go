@@ -255,14 +255,16 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	if cur := c.set.Load(); cur != nil && cur.Version == set.Version && cur.Hash == set.Hash {
 		return nil // nothing new; a service never answers so, but a proxy might
 	}
-	c.swap(set, sn.Canary, &sn.Fleet)
-	c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
-		"fleet", sn.Fleet.Total)
+	// Cache first: a gateway killed right after the swap then restarts
+	// with the rules it was running, not older ones.
 	if c.cfg.CacheFile != "" {
 		if err := c.saveCache(&sn); err != nil {
 			c.log.Warn("rules cache not written", "file", c.cfg.CacheFile, "err", err)
 		}
 	}
+	c.swap(set, sn.Canary, &sn.Fleet)
+	c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
+		"fleet", sn.Fleet.Total)
 	return nil
 }
 
