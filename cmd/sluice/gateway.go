@@ -19,6 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/internal/lease"
+	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
 )
 
 // gatewayOptions are the gateway's command-line flags.
@@ -34,6 +39,18 @@ type gatewayOptions struct {
 	StoreTimeout    time.Duration
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
+	Guard           guardOptions
+}
+
+// guardOptions tune what protects the API from Redis and Redis from busy
+// clients (see newGuardedStore). Zero values mean the packages' defaults.
+type guardOptions struct {
+	Gateways      int           // fleet size until the rules service tells it
+	RedisTimeout  time.Duration // deadline of each Redis call
+	BreakerTrip   int           // consecutive failures that open a shard's breaker
+	BreakerPause  time.Duration // how long an open breaker waits before a probe
+	FallbackSlack float64       // multiplier of each gateway's share in the local fallback
+	NoLeases      bool          // check every request in Redis: no leases, no refusal cache
 }
 
 // parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
@@ -89,6 +106,12 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); 0 for none")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	fs.IntVar(&opts.Guard.Gateways, "gateways", 0, "`number` of gateways in the fleet, for leases and the local fallback, until the rules service reports it; 0 means 1")
+	fs.DurationVar(&opts.Guard.RedisTimeout, "redis-timeout", 0, "deadline of each Redis call, after which the request is limited locally; 0 means 5ms")
+	fs.IntVar(&opts.Guard.BreakerTrip, "breaker-failures", 0, "consecutive failed Redis calls that open a shard's circuit breaker; 0 means 5")
+	fs.DurationVar(&opts.Guard.BreakerPause, "breaker-pause", 0, "how long an open breaker limits its keys locally before probing the shard; 0 means 2s")
+	fs.Float64Var(&opts.Guard.FallbackSlack, "fallback-slack", 0, "while a shard is down each gateway enforces slack/gateways of a limit; 0 means 2")
+	fs.BoolVar(&opts.Guard.NoLeases, "no-leases", false, "check every request in Redis: no token leases for busy keys, no refusal cache")
 	err := parseFlags(fs, args)
 	return opts, err
 }
@@ -128,6 +151,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
+	store, closeGuard, err := newGuardedStore(store, opts.Guard, src, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer closeGuard()
 	onDecision, err := ruleSourceHooks(src, reg)
 	if err != nil {
 		return err
@@ -207,6 +235,45 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "gateway stopped")
 	}
 	return first
+}
+
+// newGuardedStore wraps a Redis store for production: a deadline on every
+// call, a circuit breaker per Redis node with a local fallback at this
+// gateway's share of each limit (fail_mode closed limits refuse), and token
+// leases with a refusal cache on top. The fleet size comes from the rules
+// service when the gateway follows one, else from --gateways. Any other
+// store is returned as it is: in-process counts need no guarding. The
+// returned func stops the wrappers' background work.
+func newGuardedStore(store limit.Store, opts guardOptions, src gateway.RuleSource, logger *slog.Logger, reg prometheus.Registerer) (limit.Store, func(), error) {
+	rs, ok := store.(*redisstore.Store)
+	if !ok {
+		return store, func() {}, nil
+	}
+	if opts.Gateways < 0 {
+		return nil, nil, fmt.Errorf("--gateways %d: must not be negative", opts.Gateways)
+	}
+	var fleet func() int
+	if c, ok := src.(*rulesync.Client); ok {
+		fleet = func() int { return c.FleetSize().Total }
+	}
+	g, err := guard.New(rs, guard.Config{
+		Timeout: opts.RedisTimeout, TripAfter: opts.BreakerTrip, Pause: opts.BreakerPause, Slack: opts.FallbackSlack,
+		Gateways: opts.Gateways, Fleet: fleet,
+		Shard:   func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) },
+		Refresh: rs.RefreshNodes, Logger: logger, Registerer: reg,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis guard: %w", err)
+	}
+	if opts.NoLeases {
+		return g, g.Close, nil
+	}
+	l, err := lease.New(g, lease.Config{Gateways: opts.Gateways, Fleet: fleet, Logger: logger, Registerer: reg})
+	if err != nil {
+		g.Close()
+		return nil, nil, fmt.Errorf("leases: %w", err)
+	}
+	return l, func() { l.Close(); g.Close() }, nil
 }
 
 // builtinAnswer is what an allowed request gets when there is no
