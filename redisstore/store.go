@@ -122,7 +122,8 @@ type Store struct {
 var _ limit.Store = (*Store)(nil)
 
 // New connects to Redis and returns a Store. It fails if the configuration
-// is invalid or no address answers.
+// is invalid or no address answers. Opening connections is bounded by
+// DialTimeout for each address; the first PING and slot map read by ctx.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("redisstore: no Redis address configured")
