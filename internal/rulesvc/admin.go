@@ -41,6 +41,8 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	route("GET", "/audit", RoleRead, s.listAudit)
 	route("GET", "/shadow", RoleRead, s.shadowReport)
 	route("GET", "/rollout", RoleRead, s.rollout)
+	route("POST", "/rollout/promote", RoleWrite, s.decideByHand("promoted"))
+	route("POST", "/rollout/halt", RoleWrite, s.decideByHand("halted"))
 	route("GET", "/fleet", RoleRead, s.fleet)
 	mux.HandleFunc(AdminPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no admin endpoint %s %s", r.Method, r.URL.Path))

@@ -181,3 +181,37 @@ func TestMigrationsAreIdempotentAcrossReplicas(t *testing.T) {
 		t.Errorf("got stable version %d and %d rollouts, want the one first snapshot, version 1", st.Stable, len(st.Rollouts))
 	}
 }
+
+func TestRolloutDecidedByHand(t *testing.T) {
+	t.Parallel()
+	r := startReplica(t, newSchema(t), rulesvc.Config{Canary: rulesvc.Canary{Window: time.Hour}})
+	base := r.srv.URL
+	code, raw := call(t, base, writeToken, "POST", "/admin/v1/rollout/halt", `{"reason":"x"}`, nil)
+	if code != 409 || !strings.Contains(raw, "no canary is running") {
+		t.Errorf("halt with no canary: got %d %s, want 409", code, raw)
+	}
+	var res struct{ Snapshot rulesvc.Published }
+	mustCall(t, base, "POST", "/admin/v1/rules", `{"scope":"default","limits":[{"name":"s","rate":1,"per":"1s"}]}`, 201, &res)
+	tests := []struct {
+		token, body string
+		want        int
+	}{
+		{readToken, `{"reason":"x"}`, 403},
+		{writeToken, `{}`, 400},
+		{writeToken, `{"reason":"INC-12: refusals up in eu"}`, 200},
+		{writeToken, `{"reason":"again"}`, 409},
+	}
+	for _, tt := range tests {
+		if code, raw := call(t, base, tt.token, "POST", "/admin/v1/rollout/halt", tt.body, nil); code != tt.want {
+			t.Errorf("halt %s: got %d %s, want %d", tt.body, code, raw, tt.want)
+		}
+	}
+	var st rulesvc.RolloutStatus
+	mustCall(t, base, "GET", "/admin/v1/rollout", nil, 200, &st)
+	if ro := st.Rollouts[0]; ro.Version != res.Snapshot.Version || ro.State != "halted" || ro.Reason != "halted by alice: INC-12: refusals up in eu" {
+		t.Errorf("got rollout %d %s %q, want %d halted by alice with the reason", ro.Version, ro.State, ro.Reason, res.Snapshot.Version)
+	}
+	if st.Stable != 1 {
+		t.Errorf("got stable version %d, want 1: a halted version is never promoted", st.Stable)
+	}
+}

@@ -3,6 +3,7 @@ package rulesvc
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,4 +123,52 @@ func canaryCounts(ctx context.Context, q querier, v int64, canaries []string, si
 		err = fmt.Errorf("count canary decisions of %d: %w", v, err)
 	}
 	return can, rest, err
+}
+
+// decideByHand promotes or halts the running canary on an operator's word:
+// POST /admin/v1/rollout/promote or /halt, with {"reason": "..."}.
+func (s *Service) decideByHand(st string) func(w http.ResponseWriter, r *http.Request, who string) error {
+	return func(w http.ResponseWriter, r *http.Request, who string) error {
+		var body struct {
+			Reason string `json:"reason"`
+		}
+		if err := decode(r, &body); err != nil {
+			return err
+		}
+		if body.Reason == "" {
+			return badRequest("reason", "is required: say why the rollout is %s by hand", st)
+		}
+		var v int64
+		err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(r.Context(), writeLockSQL); err != nil {
+				return fmt.Errorf("take write lock: %w", err)
+			}
+			err := tx.QueryRow(r.Context(), `SELECT version FROM rollouts WHERE state = 'canary'
+				ORDER BY version DESC LIMIT 1 FOR UPDATE`).Scan(&v)
+			if isNoRows(err) {
+				return &apiError{status: http.StatusConflict, msg: "no canary is running"}
+			}
+			if err != nil {
+				return fmt.Errorf("read canary: %w", err)
+			}
+			reason := fmt.Sprintf("%s by %s: %s", st, who, body.Reason)
+			if _, err := tx.Exec(r.Context(), "UPDATE rollouts SET state = $1, decided_at = now(), reason = $2 WHERE version = $3",
+				st, reason, v); err != nil {
+				return fmt.Errorf("decide rollout %d: %w", v, err)
+			}
+			after := map[string]any{"version": v, "state": st, "reason": reason}
+			if err := audit(r.Context(), tx, who, "rollout."+st, fmt.Sprintf("rollouts/%d", v), nil, after, v); err != nil {
+				return err
+			}
+			return s.notify(r.Context(), tx)
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.reload(r.Context()); err != nil {
+			s.log.Warn("rules service: reload after rollout decision failed", "err", err)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"version": v, "state": st})
+		return nil
+	}
 }

@@ -258,18 +258,21 @@ func TestCanary(t *testing.T) {
 	tests := []struct {
 		name      string
 		rate      int64 // the free plan's new limit a second: 1 refuses almost all
+		window    time.Duration
 		wantState string
 		wantWhy   string
 	}{
-		{"refusing change is halted", 1, "halted", "canary refused"},
-		{"harmless change is promoted", 5000, "promoted", "canary window over"},
+		// A halt comes as soon as the samples do: the long window only
+		// keeps a slow machine from promoting first.
+		{"refusing change is halted", 1, 20 * time.Second, "halted", "canary refused"},
+		{"harmless change is promoted", 5000, 3 * time.Second, "promoted", "canary window over"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
 			r := startReplica(t, newSchema(t), rulesvc.Config{Registerer: reg, Refresh: 200 * time.Millisecond, Canary: rulesvc.Canary{
-				Fraction: 0.25, Window: 3 * time.Second, Threshold: 0.2, MinSample: 30, Check: 100 * time.Millisecond}})
+				Fraction: 0.25, Window: tt.window, Threshold: 0.2, MinSample: 30, Check: 100 * time.Millisecond}})
 			base := r.srv.URL
 			for i := range 4 {
 				mustCall(t, base, "PUT", fmt.Sprintf("/admin/v1/keys/key_free_%d", i), map[string]any{"plan": "free"}, 200, nil)
@@ -278,11 +281,10 @@ func TestCanary(t *testing.T) {
 			mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "plan", "match": map[string]any{"plan": "free"},
 				"limits": []map[string]any{{"name": "s", "rate": 10000, "per": "1s"}}}, 201, &plan)
 			f := startCanaryFleet(t, base, 4)
-			// Until gateways subscribe, the version waits for its canary;
-			// once it has one it is promoted after the window.
-			eventually(t, 15*time.Second, "the first rule set promoted", func() bool {
-				return stableVersion(t, base) == plan.After.Version
-			})
+			mustCall(t, base, "POST", "/admin/v1/rollout/promote", map[string]any{"reason": "the test's starting rules"}, 200, nil)
+			if got := stableVersion(t, base); got != plan.After.Version {
+				t.Fatalf("got stable version %d after promoting by hand, want %d", got, plan.After.Version)
+			}
 			var all []*rulesync.Client
 			for _, id := range f.ids {
 				all = append(all, f.clients[id])
@@ -312,7 +314,7 @@ func TestCanary(t *testing.T) {
 					t.Errorf("gateway %s outside the canary got version %d during the canary", id, version(f.clients[id]))
 				}
 			}
-			eventually(t, 20*time.Second, "the rollout decided", func() bool { return rolloutOf(t, base, v).State != "canary" })
+			eventually(t, 20*time.Second+tt.window, "the rollout decided", func() bool { return rolloutOf(t, base, v).State != "canary" })
 			stop()
 			ro = rolloutOf(t, base, v)
 			if ro.State != tt.wantState || !strings.Contains(ro.Reason, tt.wantWhy) {
