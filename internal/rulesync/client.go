@@ -133,6 +133,9 @@ func New(cfg Config) (*Client, error) {
 			return nil, err
 		}
 	}
+	// Age counts from now until the service or the cache says otherwise, so
+	// a client that never hears from the service grows old and alerts.
+	c.lastContact.Store(c.now().UnixNano())
 	if cfg.CacheFile != "" {
 		if err := c.loadCache(); err != nil {
 			c.log.Warn("rules cache not used", "file", cfg.CacheFile, "err", err)
@@ -164,14 +167,10 @@ func (c *Client) FleetSize() Fleet {
 	return out
 }
 
-// Age reports how long ago the service last answered, or, before it has,
-// how old the cached snapshot is.
+// Age reports how long ago the service last answered; before it has, how
+// old the cached snapshot is, or without one, how long ago New was called.
 func (c *Client) Age() time.Duration {
-	last := c.lastContact.Load()
-	if last == 0 {
-		return 0
-	}
-	return c.now().Sub(time.Unix(0, last))
+	return c.now().Sub(time.Unix(0, c.lastContact.Load()))
 }
 
 // Run follows the service until ctx ends, and then returns nil: it polls

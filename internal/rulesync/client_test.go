@@ -329,3 +329,12 @@ func TestBadCacheFileIsIgnored(t *testing.T) {
 		})
 	}
 }
+
+func TestAgeGrowsWithoutTheService(t *testing.T) {
+	now := time.Now()
+	c := newClient(t, "http://127.0.0.1:1", rulesync.Config{Now: func() time.Time { return now }})
+	now = now.Add(61 * time.Second)
+	if got := c.Age(); got != 61*time.Second {
+		t.Errorf("got age %v after 61 s without the service, want 61s: the stale alert must fire", got)
+	}
+}
