@@ -31,5 +31,10 @@ func run(m *testing.M) int {
 	}
 	defer stop()
 	cluster = c
+	defer func() {
+		if buildDir != "" {
+			os.RemoveAll(buildDir)
+		}
+	}()
 	return m.Run()
 }
