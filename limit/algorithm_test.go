@@ -39,6 +39,18 @@ func runSteps(t *testing.T, l Limit, steps []step) {
 	}
 }
 
+// bucketSteps is a scenario for 10 a second, bursts of 20: the token
+// bucket's and GCRA's answers alike.
+var bucketSteps = []step{
+	{0, 20, true, 0, 0, 2000},
+	{0, 1, false, 0, 100, 2000},
+	{250, 1, true, 1, 0, 1850},
+	{250, 3, false, 1, 150, 1850},
+	{400, 3, true, 0, 0, 2000},
+	{400, 21, false, 0, -1, 2000},
+	{10000, 20, true, 0, 0, 2000},
+}
+
 func TestAlgorithms(t *testing.T) {
 	perSec := func(alg Algorithm, count, burst int64) Limit {
 		return Limit{Name: "s", Count: count, Period: time.Second, Burst: burst, Algorithm: alg}
@@ -48,24 +60,8 @@ func TestAlgorithms(t *testing.T) {
 		limit Limit
 		steps []step
 	}{
-		{"token bucket: burst, refill, cost", perSec(TokenBucket, 10, 20), []step{
-			{0, 20, true, 0, 0, 2000},
-			{0, 1, false, 0, 100, 2000},
-			{250, 1, true, 1, 0, 1850},
-			{250, 3, false, 1, 150, 1850},
-			{400, 3, true, 0, 0, 2000},
-			{400, 21, false, 0, -1, 2000},
-			{10000, 20, true, 0, 0, 2000},
-		}},
-		{"gcra: same answers as the token bucket", perSec(GCRA, 10, 20), []step{
-			{0, 20, true, 0, 0, 2000},
-			{0, 1, false, 0, 100, 2000},
-			{250, 1, true, 1, 0, 1850},
-			{250, 3, false, 1, 150, 1850},
-			{400, 3, true, 0, 0, 2000},
-			{400, 21, false, 0, -1, 2000},
-			{10000, 20, true, 0, 0, 2000},
-		}},
+		{"token bucket: burst, refill, cost", perSec(TokenBucket, 10, 20), bucketSteps},
+		{"gcra: same answers as the token bucket", perSec(GCRA, 10, 20), bucketSteps},
 		{"gcra: a rate that does not divide the period", Limit{Name: "s", Count: 3, Period: 1000 * time.Millisecond, Burst: 2, Algorithm: GCRA}, []step{
 			{0, 2, true, 0, 0, 667},
 			{0, 1, false, 0, 334, 667},
