@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -90,6 +92,18 @@ func (d *Duration) UnmarshalText(b []byte) error {
 		return err
 	}
 	*d = v
+	return nil
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler, so that a bad period in a
+// rules file is reported with its line.
+func (d *Duration) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: period must be a duration such as 1s, 1m, 1h or 1d", node.Line)
+	}
+	if err := d.UnmarshalText([]byte(node.Value)); err != nil {
+		return fmt.Errorf("line %d: %w", node.Line, err)
+	}
 	return nil
 }
 

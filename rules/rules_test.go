@@ -141,7 +141,9 @@ rules:
 		{"bad period", `
 rules:
   - scope: default
-    limits: [{name: s, rate: 1, per: fortnight}]`, []string{"bad.yaml", "period \"fortnight\""}},
+    limits: [{name: s, rate: 1, per: fortnight}]`, []string{"bad.yaml", "line 4", "period \"fortnight\""}},
+		{"empty file", "  \n", []string{"bad.yaml", "empty"}},
+		{"no rules", "keys: {k: {plan: p}}", []string{"bad.yaml", "at least one rule"}},
 		{"unknown scope", `
 rules:
   - scope: galaxy

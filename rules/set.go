@@ -65,11 +65,17 @@ func specificity(sc Scope, m Match) int {
 
 // Parse reads a rules file's YAML and compiles it. name is used in errors.
 func Parse(name string, data []byte) (*Set, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("rules file %s: %w", name, &FieldError{Where: "the file", Problem: "is empty; it needs at least one rule"})
+	}
 	var doc Document
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("rules file %s: %w", name, err)
+	}
+	if len(doc.Rules) == 0 {
+		return nil, fmt.Errorf("rules file %s: %w", name, &FieldError{Where: "the file", Field: "rules", Problem: "none given; a file needs at least one rule"})
 	}
 	s, err := Compile(doc, 0)
 	if err != nil {
