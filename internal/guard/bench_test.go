@@ -1,0 +1,41 @@
+package guard_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
+)
+
+// BenchmarkTake measures what the guard adds to a call: through a healthy
+// in-process store (deadline and breaker bookkeeping), and answering from
+// the local fallback while the breaker is open.
+func BenchmarkTake(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		remote guard.Remote
+	}{
+		{"healthy", memstore.New(memstore.Config{})},
+		{"breaker open", down{}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := guard.New(tc.remote, guard.Config{Gateways: 10})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := &limit.Request{Key: "k:bench", Limits: []limit.Limit{{Name: "s", Count: 1 << 40, Period: time.Second}}}
+				for pb.Next() {
+					if _, err := s.Take(context.Background(), req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
