@@ -17,27 +17,6 @@ func TestTakeUpToConformance(t *testing.T) {
 	})
 }
 
-func TestTakeUpToRejects(t *testing.T) {
-	s := memstore.New(memstore.Config{})
-	ok := []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}
-	for _, tc := range []struct {
-		name string
-		req  limit.Request
-		want int64
-	}{
-		{"no limits", limit.Request{Key: "k"}, 1},
-		{"negative cost", limit.Request{Key: "k", Cost: -1, Limits: ok}, 1},
-		{"want zero", limit.Request{Key: "k", Limits: ok}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			g, _, err := s.TakeUpTo(context.Background(), &tc.req, tc.want)
-			if err == nil || g != 0 {
-				t.Errorf("got granted %d, error %v; want 0 and an error", g, err)
-			}
-		})
-	}
-}
-
 func ExampleStore_TakeUpTo() {
 	s := memstore.New(memstore.Config{})
 	req := &limit.Request{Key: "k:alice", Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}}

@@ -2,7 +2,6 @@ package failover
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -42,24 +41,7 @@ var buildDir string
 type process struct {
 	url, metrics string
 	cmd          *exec.Cmd
-	stderr       *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stderr       string // the file its stderr (JSON logs) goes to
 }
 
 var (
@@ -75,12 +57,17 @@ func startGateway(t *testing.T, args ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: exec.Command(bin, append([]string{"gateway"}, args...)...), stderr: &lockedBuffer{}}
+	p := &process{cmd: exec.Command(bin, append([]string{"gateway"}, args...)...), stderr: filepath.Join(t.TempDir(), "stderr")}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Stderr = p.stderr
+	logs, err := os.Create(p.stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close() // the process has its own copy
+	p.cmd.Stderr = logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +88,7 @@ func startGateway(t *testing.T, args ...string) *process {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("sluice gateway %v exited before listening:\n%s", args, p.stderr)
+				t.Fatalf("sluice gateway %v exited before listening:\n%s", args, p.logs())
 			}
 			if m := metricsRE.FindStringSubmatch(l); m != nil {
 				p.metrics = m[1]
@@ -110,7 +97,7 @@ func startGateway(t *testing.T, args ...string) *process {
 				p.url = m[1]
 			}
 		case <-timeout:
-			t.Fatalf("sluice gateway %v did not listen within 30s:\n%s", args, p.stderr)
+			t.Fatalf("sluice gateway %v did not listen within 30s:\n%s", args, p.logs())
 		}
 	}
 	go func() {
@@ -120,10 +107,16 @@ func startGateway(t *testing.T, args ...string) *process {
 	return p
 }
 
+// logs returns what the gateway has logged so far.
+func (p *process) logs() string {
+	b, _ := os.ReadFile(p.stderr)
+	return string(b)
+}
+
 // logTimes returns when the gateway logged msg (its JSON logs' "time").
-func (p *process) logTimes(t *testing.T, msg string) []time.Time {
+func (p *process) logTimes(msg string) []time.Time {
 	var out []time.Time
-	for line := range strings.Lines(p.stderr.String()) {
+	for line := range strings.Lines(p.logs()) {
 		var rec struct {
 			Time time.Time `json:"time"`
 			Msg  string    `json:"msg"`
@@ -312,7 +305,7 @@ rules:
 
 	var firstOpen time.Time
 	for _, gw := range gws {
-		for _, at := range gw.logTimes(t, "rate limit shard unavailable; limiting its keys locally") {
+		for _, at := range gw.logTimes("rate limit shard unavailable; limiting its keys locally") {
 			if !at.Before(killed) && (firstOpen.IsZero() || at.Before(firstOpen)) {
 				firstOpen = at
 			}

@@ -35,6 +35,28 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("Refill", func(t *testing.T) { testRefill(t, newStore) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("MatchesModel", func(t *testing.T) { testMatchesModel(t, newStore) })
+	t.Run("Rejects", func(t *testing.T) { testRejects(t, newStore) })
+}
+
+func testRejects(t *testing.T, newStore Factory) {
+	s := newStore(t, limittest.NewClock(start).Now)
+	ok := []limit.Limit{perSecond("s", 10, 10)}
+	for _, tc := range []struct {
+		name string
+		req  limit.Request
+		want int64
+	}{
+		{"no limits", limit.Request{Key: "k"}, 1},
+		{"negative cost", limit.Request{Key: "k", Cost: -1, Limits: ok}, 1},
+		{"want zero", limit.Request{Key: "k", Limits: ok}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _, err := s.TakeUpTo(context.Background(), &tc.req, tc.want)
+			if err == nil || g != 0 {
+				t.Errorf("got granted %d, error %v; want 0 and an error", g, err)
+			}
+		})
+	}
 }
 
 func perSecond(name string, rate, burst int64) limit.Limit {
