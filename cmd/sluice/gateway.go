@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -256,6 +259,7 @@ func newGuardedStore(store limit.Store, opts guardOptions, src gateway.RuleSourc
 	if c, ok := src.(*rulesync.Client); ok {
 		fleet = func() int { return c.FleetSize().Total }
 	}
+	warmUp(rs, logger)
 	g, err := guard.New(rs, guard.Config{
 		Timeout: opts.RedisTimeout, TripAfter: opts.BreakerTrip, Pause: opts.BreakerPause, Slack: opts.FallbackSlack,
 		Gateways: opts.Gateways, Fleet: fleet,
@@ -274,6 +278,39 @@ func newGuardedStore(store limit.Store, opts guardOptions, src gateway.RuleSourc
 		return nil, nil, fmt.Errorf("leases: %w", err)
 	}
 	return l, func() { l.Close(); g.Close() }, nil
+}
+
+// warmUp runs the store's scripts once on every primary, under a generous
+// deadline, before the guard's short one applies: a node's first call loads
+// the script (NOSCRIPT, then its source, then compiling it), which can take
+// longer than the 5 ms a request waits. Its keys are not API keys or
+// addresses (those start "k:" or "ip:"), and their states expire at once.
+func warmUp(rs *redisstore.Store, logger *slog.Logger) {
+	nodes := map[string]bool{}
+	for slot := range uint16(16384) {
+		if n := rs.NodeAddr(slot); n != "" {
+			nodes[n] = false
+		}
+	}
+	warm := limit.Limit{Name: "warmup", Count: 1, Period: time.Millisecond}
+	for i := 0; i < 100_000 && slices.Contains(slices.Collect(maps.Values(nodes)), false); i++ {
+		key := "sluice-warmup-" + strconv.Itoa(i)
+		node := rs.NodeAddr(redisstore.Slot(key))
+		if done, ok := nodes[node]; !ok || done {
+			continue
+		}
+		nodes[node] = true
+		req := &limit.Request{Key: key, Limits: []limit.Limit{warm}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := rs.Take(ctx, req)
+		if err == nil {
+			_, _, err = rs.TakeUpTo(ctx, req, 1)
+		}
+		cancel()
+		if err != nil {
+			logger.Warn("redis scripts not preloaded; the first requests may be limited locally", "node", node, "error", err)
+		}
+	}
 }
 
 // builtinAnswer is what an allowed request gets when there is no
