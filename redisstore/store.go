@@ -104,7 +104,8 @@ var (
 // its client connections; Close releases them.
 type Store struct {
 	client rueidis.Client
-	script *rueidis.Lua
+	script *rueidis.Lua // the take script, run by digest
+	upto   *rueidis.Lua // the take-up-to script of token leases
 	prefix string
 	now    func() time.Time
 	log    *slog.Logger
@@ -151,6 +152,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	uptoSrc, err := uptoScript()
+	if err != nil {
+		return nil, err
+	}
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: cfg.Addrs,
 		Username:    cfg.Username,
@@ -159,7 +164,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		Dialer:      net.Dialer{Timeout: orDefault(cfg.DialTimeout, defaultDialTimeout)},
 		// Every read of a limit is also a write, so client-side caching
 		// would never hit; it only costs memory and tracking messages.
-		DisableCache:     true,
+		DisableCache: true,
+		// Pipeline even a lone command: in rueidis's synchronous mode a
+		// deadline that fires closes the connection, and under a 5 ms
+		// deadline that turns one slow reply into a reconnect storm.
+		AlwaysPipelining: true,
 		ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
 		ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
 	})
@@ -171,6 +180,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// Not NewLuaScriptRetryable: a take is not idempotent, so a script
 		// whose reply was lost must not run again.
 		script: rueidis.NewLuaScript(src),
+		upto:   rueidis.NewLuaScript(uptoSrc),
 		prefix: prefix,
 		now:    cfg.Now,
 		log:    log,
@@ -184,6 +194,16 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.RefreshNodes(ctx); err != nil {
 		client.Close()
 		return nil, err
+	}
+	// A node's first EVALSHA would find no script and pay for loading and
+	// compiling it inside a request's short deadline; load both scripts on
+	// every node, replicas too, so a promoted replica has them as well.
+	for addr, node := range client.Nodes() {
+		for _, src := range []string{src, uptoSrc} {
+			if err := node.Do(ctx, node.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+				log.Warn("redis scripts not preloaded; the node loads them on first use", "node", addr, "error", err)
+			}
+		}
 	}
 	if every := orDefault(cfg.RefreshInterval, defaultRefresh); every > 0 && s.Cluster() {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -4,37 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice/limit"
 )
-
-// uptoScript is the script TakeUpTo runs: the prelude and algorithms Take's
-// script is assembled from, then lua/take_upto_main.lua in place of
-// lua/take.lua. It is built once, on first use, and only read after that.
-var uptoScript = sync.OnceValues(func() (*rueidis.Lua, error) {
-	src, err := takeScript()
-	if err != nil {
-		return nil, err
-	}
-	tail, err := luaFiles.ReadFile("lua/take.lua")
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: read lua/take.lua: %w", err)
-	}
-	head, ok := strings.CutSuffix(src, string(tail)+"\n")
-	if !ok {
-		return nil, fmt.Errorf("redisstore: the take script does not end with lua/take.lua")
-	}
-	main, err := luaFiles.ReadFile("lua/take_upto_main.lua")
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: read lua/take_upto_main.lua: %w", err)
-	}
-	// Not retryable, as Take's: a take whose reply was lost must not run again.
-	return rueidis.NewLuaScript(head + string(main) + "\n"), nil
-})
 
 // TakeUpTo takes as many tokens as every limit of req can spare, at least
 // req's cost and at most want, in one script run, and reports how many it
@@ -51,10 +25,6 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (g
 	}
 	cost := req.EffectiveCost()
 	want = max(want, cost)
-	script, err := uptoScript()
-	if err != nil {
-		return 0, limit.Decision{}, err
-	}
 	var now int64 // 0 asks the script to read Redis's clock
 	if s.now != nil {
 		if now = s.now().UnixMilli(); now <= 0 {
@@ -65,7 +35,7 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (g
 	defer s.putScratch(sc)
 	sc.build(s.prefix, req, now)
 	sc.args = append(sc.args, strconv.FormatInt(want, 10))
-	resp := script.Exec(ctx, s.client, sc.keys, sc.args)
+	resp := s.upto.Exec(ctx, s.client, sc.keys, sc.args)
 	if err := resp.Error(); err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take up to %d in slot %d: %w: %w", want, Slot(req.Key), classify(err), err)
 	}
