@@ -84,12 +84,22 @@ func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, err
 // TakeAt is Take at an explicit time in Unix milliseconds, for callers that
 // keep their own clock. req must be valid.
 func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
-	cost := req.EffectiveCost()
-	var buf [4]limit.Outcome
-	outs := buf[:0]
-	sh := &s.shards[maphash.String(s.seed, req.Key)%uint64(len(s.shards))]
+	sh := s.shard(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return sh.take(now, req, req.EffectiveCost())
+}
+
+// shard returns the shard that holds key.
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+}
+
+// take checks req at cost and takes it if every limit allows. The caller
+// holds sh.mu.
+func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision {
+	var buf [4]limit.Outcome
+	outs := buf[:0]
 	e := sh.keys[req.Key]
 	if e != nil && e.expires <= now {
 		e.slots = e.slots[:0]

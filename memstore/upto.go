@@ -15,9 +15,9 @@ import (
 //
 // When granted is positive, d describes the limits after the take of
 // granted tokens. When granted is zero, d is the refusal Take would have
-// given req. A want below the cost means the cost. Concurrent callers never
-// take more than the limits hold, though under contention a call may be
-// granted less than the most that was free at some instant.
+// given req. A want below the cost means the cost. The whole grant happens
+// under the key's lock, so it is the most every limit could spare at that
+// instant.
 func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
 	if err := req.Validate(); err != nil {
 		return 0, limit.Decision{}, err
@@ -32,23 +32,23 @@ func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (gra
 // TakeUpToAt is TakeUpTo at an explicit time in Unix milliseconds. req must
 // be valid.
 //
-// Each step is one atomic TakeAt at the same instant: a refusal takes
+// The attempts run under the key's lock at one instant: a refusal takes
 // nothing and names how many tokens its limit holds, so the next, smaller
 // attempt either fits every limit or names a tighter one. The attempts
 // shrink on every step, so there are at most about as many as limits.
 func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, limit.Decision) {
 	cost := req.EffectiveCost()
-	try := *req
-	try.Cost = max(want, cost)
-	for try.Cost > cost {
-		d := s.TakeAt(now, &try)
+	sh := s.shard(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for try := max(want, cost); try > cost; {
+		d := sh.take(now, req, try)
 		if d.Allowed {
-			return try.Cost, d
+			return try, d
 		}
-		try.Cost = min(try.Cost-1, d.Remaining)
+		try = min(try-1, d.Remaining)
 	}
-	try.Cost = cost
-	d := s.TakeAt(now, &try)
+	d := sh.take(now, req, cost)
 	if !d.Allowed {
 		return 0, d
 	}
