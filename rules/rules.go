@@ -171,6 +171,7 @@ type FieldError struct {
 	Problem string
 }
 
+// Error formats the error as "where: field: problem".
 func (e *FieldError) Error() string {
 	if e.Field == "" {
 		return e.Where + ": " + e.Problem
