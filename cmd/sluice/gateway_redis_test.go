@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
@@ -31,12 +32,12 @@ func TestRedisSharedBurst(t *testing.T) {
 			t.Parallel()
 			addrs := tt.addrs(t)
 			rules := writeFile(t, "rules.yaml", sharedRules)
-			var gws []*process
+			var gws []*proctest.Process
 			// The shared count is exact only while every answer comes from
 			// Redis: a deadline long enough for this loaded test machine keeps
 			// the local fallback out of the count.
 			for range 2 {
-				gws = append(gws, startSluice(t, "gateway", "--listen", "127.0.0.1:0", "--rules", rules,
+				gws = append(gws, sluice.Start(t, "gateway", "--listen", "127.0.0.1:0", "--rules", rules,
 					"--redis", strings.Join(addrs, ","), "--redis-timeout", "1s"))
 			}
 			// Several keys, so a cluster spreads them over its shards; each
@@ -103,7 +104,7 @@ func TestRedisSharedBurst(t *testing.T) {
 func TestRedisUnreachableAtStart(t *testing.T) {
 	// A gateway told to use Redis that cannot reach it does not start
 	// with in-process counts by surprise: it says so and exits.
-	code, _, stderr := runSluice(t, "gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1")
+	code, _, stderr := sluice.Run(t, "gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1")
 	if code != 1 || !strings.Contains(stderr, "--redis") {
 		t.Errorf("exit code %d, stderr %q; want 1 and the --redis flag named", code, stderr)
 	}

@@ -16,7 +16,7 @@ import (
 func TestDefaultGateway(t *testing.T) {
 	// Everything but the address is the default; the address is chosen
 	// free at runtime so the test cannot collide with another run.
-	p := startSluice(t, "gateway", "--listen", "127.0.0.1:0")
+	p := sluice.Start(t, "gateway", "--listen", "127.0.0.1:0")
 
 	resp, body := get(t, "GET", p.URL+"/", "X-API-Key", "demo")
 	if resp.StatusCode != 200 {
@@ -103,7 +103,7 @@ func TestProxyWithRulesFile(t *testing.T) {
 	}))
 	defer upstream.Close()
 	rules := writeFile(t, "rules.yaml", proxyRules)
-	p := startSluice(t, "gateway", "--listen", "127.0.0.1:0", "--upstream", upstream.URL, "--rules", rules)
+	p := sluice.Start(t, "gateway", "--listen", "127.0.0.1:0", "--upstream", upstream.URL, "--rules", rules)
 
 	tests := []struct {
 		method, path, key string
@@ -172,7 +172,7 @@ rules:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeFile(t, "bad.yaml", tt.rules)
-			code, _, stderr := runSluice(t, "gateway", "--listen", "127.0.0.1:0", "--rules", path)
+			code, _, stderr := sluice.Run(t, "gateway", "--listen", "127.0.0.1:0", "--rules", path)
 			if code != 1 {
 				t.Errorf("exit code %d, want 1", code)
 			}
@@ -185,7 +185,7 @@ rules:
 	}
 	t.Run("missing file", func(t *testing.T) {
 		path := t.TempDir() + "/nope.yaml"
-		code, _, stderr := runSluice(t, "gateway", "--listen", "127.0.0.1:0", "--rules", path)
+		code, _, stderr := sluice.Run(t, "gateway", "--listen", "127.0.0.1:0", "--rules", path)
 		if code != 1 || !strings.Contains(stderr, path) || !strings.Contains(stderr, "no such file") {
 			t.Errorf("exit code %d, stderr %q; want 1 and the missing file named", code, stderr)
 		}
@@ -208,7 +208,7 @@ func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 			close(release)
 		}
 	}()
-	p := startSluice(t, "gateway", "--listen", "127.0.0.1:0", "--upstream", upstream.URL)
+	p := sluice.Start(t, "gateway", "--listen", "127.0.0.1:0", "--upstream", upstream.URL)
 
 	type result struct {
 		status int
@@ -227,7 +227,7 @@ func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 		got <- result{resp.StatusCode, string(b), err}
 	}()
 	<-entered
-	p.signal(t, syscall.SIGTERM)
+	p.Signal(t, syscall.SIGTERM)
 	// Once shutdown has begun the gateway takes no new connections; the
 	// request in flight is still waiting on the upstream.
 	addr := strings.TrimPrefix(p.URL, "http://")
@@ -248,18 +248,18 @@ func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	if r.err != nil || r.status != 200 || r.body != "slow answer" {
 		t.Errorf("request in flight at SIGTERM: %d %q %v, want 200 \"slow answer\"", r.status, r.body, r.err)
 	}
-	if code := p.wait(t); code != 0 {
+	if code := p.Wait(t); code != 0 {
 		t.Errorf("exit code after SIGTERM %d, want 0", code)
 	}
-	if !strings.Contains(p.stderr.String(), "gateway stopped") {
-		t.Errorf("stderr lacks the stop log:\n%s", p.stderr)
+	if !strings.Contains(p.Stderr(), "gateway stopped") {
+		t.Errorf("stderr lacks the stop log:\n%s", p.Stderr())
 	}
 }
 
 func TestMetricsEndpoint(t *testing.T) {
-	p := startSluice(t, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	p := sluice.Start(t, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	if p.MetricsURL == "" {
-		t.Fatalf("no metrics address printed:\n%s", p.stdout)
+		t.Fatalf("no metrics address printed:\n%s", p.Stdout())
 	}
 	allowed, refused := 0, 0
 	for range 15 {

@@ -45,7 +45,7 @@ func TestRulesUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, stdout, stderr := runSluice(t, tt.args...)
+			code, stdout, stderr := sluice.Run(t, tt.args...)
 			if code != tt.wantCode {
 				t.Errorf("exit code %d, want %d", code, tt.wantCode)
 			}

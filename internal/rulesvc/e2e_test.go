@@ -1,137 +1,46 @@
 package rulesvc_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // The end-to-end tests run the real binary: rules service replicas and
 // gateways as processes, over the test database.
 
-// sluiceBin is the binary TestMain builds.
-var sluiceBin string
+// sluice is the binary the end-to-end tests run, built on first use.
+var sluice proctest.Binary
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-rulesvc-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sluiceBin = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", sluiceBin, "github.com/sluice-rl/sluice/cmd/sluice")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "build sluice: %v\n", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// lockedBuffer is a process's output, shared by its copier and the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// proc is a running sluice process, owned by the test that started it.
-type proc struct {
-	cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
-	done           chan struct{}
-	url            string // where it listens
-}
-
-var listeningAt = regexp.MustCompile(`listening on (http://\S+)`)
-
-// start runs sluice with args and env and waits until it says where it
-// listens. The test's cleanup kills it.
-func start(t *testing.T, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(sluiceBin, args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("sluice %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.stdout, p.stderr)
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if m := listeningAt.FindStringSubmatch(p.stdout.String()); m != nil {
-			p.url = m[1]
-			return p
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("sluice %s exited before listening:\n%s", strings.Join(args, " "), p.stderr)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice %s did not listen within 30s", strings.Join(args, " "))
-		}
-	}
-}
-
-// kill ends the process at once, as a crash would.
-func (p *proc) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
-}
+func TestMain(m *testing.M) { os.Exit(sluice.RunTests(m)) }
 
 // startService runs a rules service replica on addr over schema.
-func startService(t *testing.T, schema, addr string, extra ...string) *proc {
+func startService(t *testing.T, schema, addr string, extra ...string) *proctest.Process {
 	t.Helper()
 	args := append([]string{"rules", "--postgres", postgresDSN(), "--schema", schema, "--listen", addr,
 		"--poll-timeout", "2s", "--gateway-ttl", "10s", "--refresh", "500ms"}, extra...)
-	return start(t, []string{"SLUICE_WRITE_TOKEN=" + writeToken, "SLUICE_READ_TOKEN=" + readToken}, args...)
+	return sluice.StartEnv(t, []string{"SLUICE_WRITE_TOKEN=" + writeToken, "SLUICE_READ_TOKEN=" + readToken}, args...)
 }
 
 // startGateway runs a gateway following the service at url, keeping its
 // rules in cache.
-func startGateway(t *testing.T, id, url, cache string) *proc {
+func startGateway(t *testing.T, id, url, cache string) *proctest.Process {
 	t.Helper()
-	return start(t, []string{"SLUICE_GATEWAY_ID=" + id, "SLUICE_REGION=eu"},
+	return sluice.StartEnv(t, []string{"SLUICE_GATEWAY_ID=" + id, "SLUICE_REGION=eu"},
 		"gateway", "--listen", "127.0.0.1:0", "--rules-url", url, "--rules-cache", cache, "--log-level", "warn")
 }
 
 // rulesVersion is the version a gateway's /healthz reports.
-func rulesVersion(t *testing.T, gw *proc) int64 {
+func rulesVersion(t *testing.T, gw *proctest.Process) int64 {
 	t.Helper()
-	resp, err := http.Get(gw.url + "/healthz")
+	resp, err := http.Get(gw.URL + "/healthz")
 	if err != nil {
 		return -1
 	}
@@ -146,11 +55,11 @@ func rulesVersion(t *testing.T, gw *proc) int64 {
 }
 
 // statuses sends n requests as apiKey and returns their statuses.
-func statuses(t *testing.T, gw *proc, apiKey string, n int) []int {
+func statuses(t *testing.T, gw *proctest.Process, apiKey string, n int) []int {
 	t.Helper()
 	var out []int
 	for range n {
-		req, _ := http.NewRequest("GET", gw.url+"/v1/items", nil)
+		req, _ := http.NewRequest("GET", gw.URL+"/v1/items", nil)
 		req.Header.Set("X-API-Key", apiKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -205,7 +114,7 @@ func seedFree(t *testing.T, base string) int64 {
 	return created.After.ID
 }
 
-func waitGatewayVersion(t *testing.T, v int64, gws ...*proc) {
+func waitGatewayVersion(t *testing.T, v int64, gws ...*proctest.Process) {
 	t.Helper()
 	eventually(t, 15*time.Second, fmt.Sprintf("gateways at version %d", v), func() bool {
 		for _, gw := range gws {
@@ -222,18 +131,18 @@ func TestE2EChangeReachesEveryGatewayThroughEitherReplica(t *testing.T) {
 	schema := newSchema(t)
 	a := startService(t, schema, "127.0.0.1:0", "--no-canary")
 	b := startService(t, schema, "127.0.0.1:0", "--no-canary")
-	ruleID := seedFree(t, a.url)
+	ruleID := seedFree(t, a.URL)
 	dir := t.TempDir()
 	// Gateways 0 and 1 follow replica A, 2 and 3 replica B.
-	var gws []*proc
+	var gws []*proctest.Process
 	for i := range 4 {
-		url := a.url
+		url := a.URL
 		if i >= 2 {
-			url = b.url
+			url = b.URL
 		}
 		gws = append(gws, startGateway(t, fmt.Sprintf("gw-%d", i), url, filepath.Join(dir, fmt.Sprintf("gw-%d.json", i))))
 	}
-	waitGatewayVersion(t, stableVersion(t, a.url), gws...)
+	waitGatewayVersion(t, stableVersion(t, a.URL), gws...)
 
 	const rounds = 5
 	var worst, total time.Duration
@@ -242,7 +151,7 @@ func TestE2EChangeReachesEveryGatewayThroughEitherReplica(t *testing.T) {
 		// one that does not; each change goes through replica A.
 		refuse := round%2 == 0
 		sent := time.Now()
-		v := setFreeLimit(t, a.url, ruleID, refuse, fmt.Sprint(round))
+		v := setFreeLimit(t, a.URL, ruleID, refuse, fmt.Sprint(round))
 		arrived := make([]time.Duration, len(gws))
 		eventually(t, 10*time.Second, fmt.Sprintf("round %d: every gateway at version %d", round, v), func() bool {
 			all := true
@@ -282,24 +191,24 @@ func TestE2EGatewaysOutliveTheService(t *testing.T) {
 	schema := newSchema(t)
 	addr := freeAddr(t)
 	svc := startService(t, schema, addr, "--no-canary")
-	ruleID := seedFree(t, svc.url)
-	v := setFreeLimit(t, svc.url, ruleID, true, "")
+	ruleID := seedFree(t, svc.URL)
+	v := setFreeLimit(t, svc.URL, ruleID, true, "")
 	dir := t.TempDir()
 	cache0, cache1 := filepath.Join(dir, "gw-0.json"), filepath.Join(dir, "gw-1.json")
-	gw0 := startGateway(t, "gw-0", svc.url, cache0)
-	gw1 := startGateway(t, "gw-1", svc.url, cache1)
+	gw0 := startGateway(t, "gw-0", svc.URL, cache0)
+	gw1 := startGateway(t, "gw-1", svc.URL, cache1)
 	waitGatewayVersion(t, v, gw0, gw1)
 
-	svc.kill()
+	svc.Kill()
 	// Both keep enforcing the last rules.
-	for i, gw := range []*proc{gw0, gw1} {
+	for i, gw := range []*proctest.Process{gw0, gw1} {
 		if got := statuses(t, gw, "key_free", 2); fmt.Sprint(got) != "[200 429]" {
 			t.Errorf("gateway %d with the service down: got %v, want [200 429]", i, got)
 		}
 	}
 	// A gateway restarted while the service is down starts from its cache.
-	gw1.kill()
-	gw1 = startGateway(t, "gw-1", svc.url, cache1)
+	gw1.Kill()
+	gw1 = startGateway(t, "gw-1", svc.URL, cache1)
 	if got := rulesVersion(t, gw1); got != v {
 		t.Errorf("restarted gateway: got rules version %d, want %d from its cache", got, v)
 	}
@@ -310,9 +219,9 @@ func TestE2EGatewaysOutliveTheService(t *testing.T) {
 	// The service comes back where it was; gateways catch up on the next
 	// change.
 	svc = startService(t, schema, addr, "--no-canary")
-	v2 := setFreeLimit(t, svc.url, ruleID, false, "")
+	v2 := setFreeLimit(t, svc.URL, ruleID, false, "")
 	waitGatewayVersion(t, v2, gw0, gw1)
-	for i, gw := range []*proc{gw0, gw1} {
+	for i, gw := range []*proctest.Process{gw0, gw1} {
 		if got := statuses(t, gw, "key_free", 2); fmt.Sprint(got) != "[200 200]" {
 			t.Errorf("gateway %d after the service returned: got %v, want [200 200]", i, got)
 		}
@@ -323,14 +232,14 @@ func TestE2EExpiredOverrideStopsApplying(t *testing.T) {
 	t.Parallel()
 	schema := newSchema(t)
 	svc := startService(t, schema, "127.0.0.1:0")
-	seedFree(t, svc.url)
-	gw := startGateway(t, "gw-0", svc.url, filepath.Join(t.TempDir(), "gw.json"))
+	seedFree(t, svc.URL)
+	gw := startGateway(t, "gw-0", svc.URL, filepath.Join(t.TempDir(), "gw.json"))
 
 	expires := time.Now().Add(3 * time.Second)
 	var res struct {
 		Snapshot struct{ Version, Emergency int64 }
 	}
-	mustCall(t, svc.url, "PUT", "/admin/v1/overrides/key_free", map[string]any{
+	mustCall(t, svc.URL, "PUT", "/admin/v1/overrides/key_free", map[string]any{
 		"limits":     []map[string]any{{"name": "clamp", "rate": 1, "per": "1h"}},
 		"expires_at": expires.Format(time.RFC3339Nano), "reason": "INC-9: clamp for a moment"}, 200, &res)
 	v := res.Snapshot.Emergency // when the seeded rules are still a canary

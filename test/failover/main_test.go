@@ -11,6 +11,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
@@ -18,6 +19,9 @@ import (
 // tests that break a node restart it and wait for the cluster to be whole
 // before they return, so tests run one after another, never in parallel.
 var cluster *redistest.Cluster
+
+// sluice is the binary the process tests run, built on first use.
+var sluice proctest.Binary
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -31,10 +35,6 @@ func run(m *testing.M) int {
 	}
 	defer stop()
 	cluster = c
-	defer func() {
-		if buildDir != "" {
-			os.RemoveAll(buildDir)
-		}
-	}()
+	defer sluice.Close()
 	return m.Run()
 }

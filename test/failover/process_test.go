@@ -1,122 +1,25 @@
 package failover
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/redisstore"
 )
 
-// sluiceBin builds the sluice binary once for the process tests, in
-// buildDir, which TestMain removes.
-var sluiceBin = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "failover-sluice-")
-	if err != nil {
-		return "", err
-	}
-	buildDir = dir
-	bin := filepath.Join(dir, "sluice")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/sluice-rl/sluice/cmd/sluice").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build sluice: %w\n%s", err, out)
-	}
-	return bin, nil
-})
-
-// buildDir holds the binary sluiceBin built; empty until then.
-var buildDir string
-
-// process is one running "sluice gateway".
-type process struct {
-	url, metrics string
-	cmd          *exec.Cmd
-	stderr       string // the file its stderr (JSON logs) goes to
-}
-
-var (
-	listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
-	metricsRE   = regexp.MustCompile(`metrics on (http://\S+)`)
-)
-
-// startGateway runs the binary with args and waits until it listens. The
-// process is killed when the test ends.
-func startGateway(t *testing.T, args ...string) *process {
-	t.Helper()
-	bin, err := sluiceBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &process{cmd: exec.Command(bin, append([]string{"gateway"}, args...)...), stderr: filepath.Join(t.TempDir(), "stderr")}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs, err := os.Create(p.stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logs.Close() // the process has its own copy
-	p.cmd.Stderr = logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
-	})
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	timeout := time.After(30 * time.Second)
-	for p.url == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("sluice gateway %v exited before listening:\n%s", args, p.logs())
-			}
-			if m := metricsRE.FindStringSubmatch(l); m != nil {
-				p.metrics = m[1]
-			}
-			if m := listeningRE.FindStringSubmatch(l); m != nil {
-				p.url = m[1]
-			}
-		case <-timeout:
-			t.Fatalf("sluice gateway %v did not listen within 30s:\n%s", args, p.logs())
-		}
-	}
-	go func() {
-		for range lines { // drain, so the process never blocks on stdout
-		}
-	}()
-	return p
-}
-
-// logs returns what the gateway has logged so far.
-func (p *process) logs() string {
-	b, _ := os.ReadFile(p.stderr)
-	return string(b)
-}
-
 // logTimes returns when the gateway logged msg (its JSON logs' "time").
-func (p *process) logTimes(msg string) []time.Time {
+func logTimes(p *proctest.Process, msg string) []time.Time {
 	var out []time.Time
-	for line := range strings.Lines(p.logs()) {
+	for line := range strings.Lines(p.Stderr()) {
 		var rec struct {
 			Time time.Time `json:"time"`
 			Msg  string    `json:"msg"`
@@ -130,9 +33,9 @@ func (p *process) logTimes(msg string) []time.Time {
 
 // metric returns the sum of a metric's samples whose labels contain every
 // one of match ("name=\"value\"") in the gateway's /metrics.
-func (p *process) metric(t *testing.T, name string, match ...string) float64 {
+func metric(t *testing.T, p *proctest.Process, name string, match ...string) float64 {
 	t.Helper()
-	resp, err := http.Get(p.metrics)
+	resp, err := http.Get(p.MetricsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,9 +104,9 @@ rules:
 	if err := os.WriteFile(rulesFile, []byte(rulesYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var gws []*process
+	var gws []*proctest.Process
 	for range 3 {
-		gws = append(gws, startGateway(t, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		gws = append(gws, sluice.Start(t, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 			"--rules", rulesFile, "--redis", strings.Join(cluster.Addrs(), ","), "--gateways", "3",
 			"--redis-timeout", "100ms", "--breaker-pause", "1s"))
 	}
@@ -243,7 +146,7 @@ rules:
 						return
 					case <-tick.C:
 					}
-					req, _ := http.NewRequest(f.method, gw.url+f.path, nil)
+					req, _ := http.NewRequest(f.method, gw.URL+f.path, nil)
 					req.Header.Set("X-API-Key", f.key)
 					h := hit{at: time.Now(), gateway: i, client: f.name}
 					resp, err := client.Do(req)
@@ -282,7 +185,7 @@ rules:
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		ok := true
 		for _, gw := range gws {
-			req, _ := http.NewRequest("POST", gw.url+"/login", nil)
+			req, _ := http.NewRequest("POST", gw.URL+"/login", nil)
 			req.Header.Set("X-API-Key", login)
 			resp, err := client.Do(req)
 			if err != nil {
@@ -305,7 +208,7 @@ rules:
 
 	var firstOpen time.Time
 	for _, gw := range gws {
-		for _, at := range gw.logTimes("rate limit shard unavailable; limiting its keys locally") {
+		for _, at := range logTimes(gw, "rate limit shard unavailable; limiting its keys locally") {
 			if !at.Before(killed) && (firstOpen.IsZero() || at.Before(firstOpen)) {
 				firstOpen = at
 			}
@@ -365,9 +268,9 @@ rules:
 		t.Errorf("runaway client: got %d admitted from kill to recovery, want at most %d", runawayOutage, bound)
 	}
 	for i, gw := range gws {
-		local := gw.metric(t, "sluice_guard_fallback_decisions_total", `source="local-fallback"`)
-		closed := gw.metric(t, "sluice_guard_fallback_decisions_total", `source="fail-closed"`)
-		opened := gw.metric(t, "sluice_guard_breaker_opened_total", `shard="`+victim.Addr()+`"`)
+		local := metric(t, gw, "sluice_guard_fallback_decisions_total", `source="local-fallback"`)
+		closed := metric(t, gw, "sluice_guard_fallback_decisions_total", `source="fail-closed"`)
+		opened := metric(t, gw, "sluice_guard_breaker_opened_total", `shard="`+victim.Addr()+`"`)
 		t.Logf("gateway %d metrics: %v local-fallback and %v fail-closed decisions; breaker of %s opened %v times", i, local, closed, victim.Addr(), opened)
 		if local == 0 || closed == 0 || opened == 0 {
 			t.Errorf("gateway %d metrics: got %v local-fallback, %v fail-closed decisions, %v breaker openings; want some of each", i, local, closed, opened)
