@@ -50,23 +50,17 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-func TestUsage(t *testing.T) {
-	tests := []struct {
-		args     []string
-		wantCode int
-		want     string // in stdout or stderr
-	}{
-		{nil, 2, "usage: sluice COMMAND"},
-		{[]string{"help"}, 0, "gateway"},
-		{[]string{"nonsense"}, 2, `unknown command "nonsense"`},
-		{[]string{"gateway", "-h"}, 0, "-upstream URL"},
-		{[]string{"gateway", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
-		{[]string{"gateway", "--trusted-proxy", "10.0.0.0/33"}, 2, `"10.0.0.0/33" is not a CIDR`},
-		{[]string{"gateway", "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules-cache", "x.json"}, 1, "--rules-cache needs --rules-url"},
-		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules", "a.yaml", "--rules-url", "http://127.0.0.1:1/"}, 1, "choose one"},
-		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "ftp://x"}, 1, `--upstream "ftp://x"`},
-	}
+// usageTest is a command line and what running it must give.
+type usageTest struct {
+	args     []string
+	wantCode int
+	want     string // in stdout or stderr
+}
+
+// testUsage runs each command line to completion, a subtest each, and
+// checks its exit code and output.
+func testUsage(t *testing.T, tests []usageTest) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			code, stdout, stderr := sluice.Run(t, tt.args...)
@@ -78,6 +72,21 @@ func TestUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestUsage(t *testing.T) {
+	testUsage(t, []usageTest{
+		{nil, 2, "usage: sluice COMMAND"},
+		{[]string{"help"}, 0, "gateway"},
+		{[]string{"nonsense"}, 2, `unknown command "nonsense"`},
+		{[]string{"gateway", "-h"}, 0, "-upstream URL"},
+		{[]string{"gateway", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
+		{[]string{"gateway", "--trusted-proxy", "10.0.0.0/33"}, 2, `"10.0.0.0/33" is not a CIDR`},
+		{[]string{"gateway", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules-cache", "x.json"}, 1, "--rules-cache needs --rules-url"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules", "a.yaml", "--rules-url", "http://127.0.0.1:1/"}, 1, "choose one"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "ftp://x"}, 1, `--upstream "ftp://x"`},
+	})
 }
 
 func TestGatewayFlagDefaults(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -24,11 +23,7 @@ func TestRulesUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	dsn := "postgres://postgres@127.0.0.1:1/none"
-	tests := []struct {
-		args     []string
-		wantCode int
-		want     string
-	}{
+	testUsage(t, []usageTest{
 		{[]string{"help"}, 0, "rules "},
 		{[]string{"rules", "-h"}, 0, "usage: sluice rules --postgres DSN"},
 		{[]string{"rules", "--max-override", "3x"}, 2, `period "3x"`},
@@ -42,18 +37,7 @@ func TestRulesUsage(t *testing.T) {
 		{[]string{"rules", "--postgres", dsn, "--canary-fraction", "2"}, 1, "canary fraction 2 is not between 0 and 1"},
 		{[]string{"rules", "--postgres", dsn, "--poll-timeout", "2m"}, 1, "gateway TTL 1m30s must exceed the poll timeout 2m0s"},
 		{[]string{"rules", "--postgres", dsn}, 1, "postgres connect"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, stdout, stderr := sluice.Run(t, tt.args...)
-			if code != tt.wantCode {
-				t.Errorf("exit code %d, want %d", code, tt.wantCode)
-			}
-			if !strings.Contains(stdout+stderr, tt.want) {
-				t.Errorf("output lacks %q:\nstdout:\n%s\nstderr:\n%s", tt.want, stdout, stderr)
-			}
-		})
-	}
+	})
 }
 
 func TestRulesFlagDefaults(t *testing.T) {
