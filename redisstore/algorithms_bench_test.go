@@ -45,7 +45,7 @@ var benchRound atomic.Int64
 //
 //	go test ./redisstore -run '^$' -bench 'BenchmarkAlgorithms|BenchmarkEvalshaTrivial/Standalone/parallel' -benchtime 5s -count 3
 func BenchmarkAlgorithms(b *testing.B) {
-	s := benchStore(b, targets[0])
+	s := newStore(b, redisstore.Config{Addrs: targets[0].addrs()})
 	for _, scenario := range []string{"within", "over"} {
 		for _, alg := range limit.Algorithms {
 			b.Run(scenario+"/"+string(alg), func(b *testing.B) {

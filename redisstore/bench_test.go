@@ -34,7 +34,7 @@ const benchKeys = 1024
 // p50 and p99 latency. Compare with BenchmarkEvalshaTrivial, run alongside.
 func BenchmarkTake(b *testing.B) {
 	for _, tg := range targets {
-		s := benchStore(b, tg)
+		s := newStore(b, redisstore.Config{Addrs: tg.addrs()})
 		var keys [benchKeys]string
 		for i := range keys {
 			keys[i] = fmt.Sprint("bench-", i)
@@ -60,7 +60,7 @@ func BenchmarkTake(b *testing.B) {
 // else, the ceiling Take is measured against.
 func BenchmarkEvalshaTrivial(b *testing.B) {
 	for _, tg := range targets {
-		s := benchStore(b, tg)
+		s := newStore(b, redisstore.Config{Addrs: tg.addrs()})
 		eval := redisstore.TrivialScript(s)
 		var keys [benchKeys][]string
 		for i := range keys {
@@ -119,15 +119,6 @@ func reportServerTime(b *testing.B, tg target) {
 		}
 	}
 	b.Fatalf("INFO commandstats has no evalsha line: %q", info)
-}
-
-func benchStore(b *testing.B, tg target) *redisstore.Store {
-	s, err := redisstore.New(context.Background(), redisstore.Config{Addrs: tg.addrs()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Close)
-	return s
 }
 
 // parallelism is how many goroutines per CPU the parallel benchmarks run:

@@ -29,14 +29,15 @@ var targets = []target{
 	{"Cluster", func() []string { return cluster.Addrs() }},
 }
 
-// newStore connects a store for the test and closes it when the test ends.
-func newStore(t *testing.T, cfg redisstore.Config) *redisstore.Store {
-	t.Helper()
-	s, err := redisstore.New(t.Context(), cfg)
+// newStore connects a store for the test or benchmark and closes it when
+// that ends.
+func newStore(tb testing.TB, cfg redisstore.Config) *redisstore.Store {
+	tb.Helper()
+	s, err := redisstore.New(tb.Context(), cfg)
 	if err != nil {
-		t.Fatalf("New(%v): %v", cfg.Addrs, err)
+		tb.Fatalf("New(%v): %v", cfg.Addrs, err)
 	}
-	t.Cleanup(s.Close)
+	tb.Cleanup(s.Close)
 	return s
 }
 

@@ -11,16 +11,10 @@ import (
 )
 
 func TestTakeUpToConformance(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		addrs func() []string
-	}{
-		{"standalone", func() []string { return []string{standalone.Addr()} }},
-		{"cluster", func() []string { return cluster.Addrs() }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
 			leasetest.Run(t, func(t *testing.T, now func() time.Time) leasetest.Granter {
-				return newUpToStore(t, redisstore.Config{Addrs: tc.addrs(), Now: now})
+				return newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: now})
 			})
 		})
 	}
@@ -29,7 +23,7 @@ func TestTakeUpToConformance(t *testing.T) {
 // TestTakeUpToRedisClock runs without a test clock, as production does: the
 // script reads Redis's TIME.
 func TestTakeUpToRedisClock(t *testing.T) {
-	s := newUpToStore(t, redisstore.Config{Addrs: cluster.Addrs()})
+	s := newStore(t, redisstore.Config{Addrs: cluster.Addrs()})
 	req := &limit.Request{Key: t.Name(), Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Hour, Burst: 10}}}
 	for i, want := range []int64{4, 4, 2, 0} {
 		g, d, err := s.TakeUpTo(context.Background(), req, 4)
@@ -40,14 +34,4 @@ func TestTakeUpToRedisClock(t *testing.T) {
 			t.Errorf("grant %d of up to 4 from a burst of 10: got %d (allowed %v), want %d", i+1, g, d.Allowed, want)
 		}
 	}
-}
-
-func newUpToStore(t *testing.T, cfg redisstore.Config) *redisstore.Store {
-	t.Helper()
-	s, err := redisstore.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
 }
