@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -317,5 +318,28 @@ func BenchmarkMiddleware(b *testing.B) {
 				}
 			}
 		})
+	})
+	// A client far over its limit, logged as JSON: the cost of a refusal,
+	// problem document and decision log sampling included.
+	b.Run("refused", func(b *testing.B) {
+		tight, err := rules.Parse("tight.yaml", []byte("rules: [{scope: default, limits: [{name: s, rate: 1, per: 1h}]}]"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lim, err := gateway.New(gateway.Config{Rules: gateway.StaticRules(tight), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := lim.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		r := newReq(0)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		b.ReportAllocs()
+		for b.Loop() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusTooManyRequests {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
 	})
 }

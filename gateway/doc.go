@@ -9,6 +9,13 @@
 // and RateLimit-Policy fields of the IETF httpapi ratelimit-headers draft
 // and in the older X-RateLimit-* fields.
 //
+// Every answer says where it came from (a [Source]: the in-process store,
+// Redis, a lease, the refusal cache, or the local fallback while Redis is
+// down), as far as the store can tell ([SourcedStore]). The source is in
+// each [Event], in the source label of the decisions metric, and in the
+// decision log: refusals, local-fallback answers and store failures,
+// sampled to one line per caller a second, naming the caller by a hash.
+//
 // Errors the gateway answers itself (refusals, bad API keys, an unreachable
 // store under a fail-closed limit, an unreachable upstream) are [Error]
 // values carrying an HTTP status; one function turns them into RFC 9457

@@ -35,7 +35,8 @@ func (r staticRules) Current() *rules.Set { return r.s }
 type Config struct {
 	// Store keeps the buckets. Nil means a new in-process store
 	// (memstore) reading time from Now. Wrap a store to add timeouts,
-	// breakers or local fallbacks: the Limiter only calls Take.
+	// breakers or local fallbacks: the Limiter only calls Take, or
+	// TakeSourced on a store that implements SourcedStore.
 	Store limit.Store
 	// Rules supplies the rule set for each request. Required; use
 	// StaticRules for a fixed set.
@@ -44,7 +45,9 @@ type Config struct {
 	// Only a request whose TCP peer is inside one of them has its
 	// X-Forwarded-For read. Nil trusts nobody.
 	TrustedProxies []netip.Prefix
-	// Logger receives store errors and shadow refusals. Nil discards.
+	// Logger receives the decision log (refusals, local-fallback answers
+	// and store errors, at most one line per key a second), and shadow
+	// refusals. Nil discards.
 	Logger *slog.Logger
 	// Registerer receives the Limiter's metrics. Nil registers none.
 	Registerer prometheus.Registerer
@@ -82,12 +85,24 @@ type Event struct {
 	Err error
 	// Duration is how long the store call took.
 	Duration time.Duration
+	// Source is the path that answered: the store's own answer (SourceMemory,
+	// SourceRedis, SourceStore), a leased token or remembered refusal
+	// (SourceLease, SourceRefusalCache), or this gateway's guess while the
+	// shared store cannot answer (SourceLocalFallback, SourceFailClosed).
+	// Never empty.
+	Source Source
+	// RulesVersion is the Version of the rule set the request was resolved
+	// against, which may no longer be the one in force when the call ends.
+	RulesVersion int64
 }
 
 // Limiter is rate-limiting middleware. It is safe for concurrent use; the
 // rule source and store it was given are shared by every request.
 type Limiter struct {
 	store          limit.Store
+	sourced        SourcedStore // store, if it names its sources; else nil
+	source         Source       // names every answer while sourced is nil
+	sampled        *sampler     // thins out the decision log
 	rules          RuleSource
 	trustedProxies []netip.Prefix
 	log            *slog.Logger
@@ -118,6 +133,12 @@ func New(cfg Config) (*Limiter, error) {
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{Now: l.now})
 	}
+	if s, ok := l.store.(SourcedStore); ok {
+		l.sourced = s
+	} else {
+		l.source = fixedSource(l.store)
+	}
+	l.sampled = newSampler(logEvery)
 	for i, p := range cfg.TrustedProxies {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("gateway: Config.TrustedProxies[%d] is not a valid prefix", i)
@@ -168,12 +189,13 @@ func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 	}
 	ep, _ := set.Endpoint(r.Method, r.URL.Path)
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name})
+	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version}
 
 	// Shadow limits live under their own keys, so they can be checked at
 	// the same time as the enforced ones without either seeing the other.
 	var wg sync.WaitGroup
 	if len(res.Shadow) > 0 {
-		wg.Go(func() { l.shadow(r, c, ep.Name, &res) })
+		wg.Go(func() { l.shadow(cl, &res) })
 	}
 	defer wg.Wait()
 
@@ -181,65 +203,149 @@ func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	req := limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
-	d, err := l.take(r, &req, ep.Name, res.Rules, false)
+	d, src, err := l.take(cl, &req, res.Rules, false)
 	if err != nil {
-		return l.storeFailed(r, &req, err)
+		return l.storeFailed(cl, &req, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
 	setRateHeaders(w.Header(), lim, &d)
 	if d.Allowed {
-		l.metrics.decision(outcomeAllowed, lim.Name)
+		l.metrics.decision(outcomeAllowed, lim.Name, src)
+		if src == SourceLocalFallback {
+			l.logDecision(cl, slog.LevelInfo, "rate limit decision",
+				logLine{outcome: outcomeAllowed, limit: lim, rule: ruleAt(res.Rules, d.Index), source: src})
+		}
 		return nil
 	}
-	l.metrics.decision(outcomeRefused, lim.Name)
+	l.metrics.decision(outcomeRefused, lim.Name, src)
+	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
+		rule: ruleAt(res.Rules, d.Index), source: src, wait: retryAfter(lim, &d)})
 	return refusal(lim, &d, req.EffectiveCost())
 }
 
+// call is what the store calls of one request share.
+type call struct {
+	r        *http.Request
+	caller   caller
+	endpoint string
+	version  int64 // of the rule set the request was resolved against
+}
+
 // take asks the store, under the configured timeout, and reports the call.
-func (l *Limiter) take(r *http.Request, req *limit.Request, endpoint string, rs []*rules.Rule, shadow bool) (limit.Decision, error) {
-	ctx := r.Context()
+func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow bool) (limit.Decision, Source, error) {
+	ctx := cl.r.Context()
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
 	start := time.Now()
-	d, err := l.store.Take(ctx, req)
+	var (
+		d   limit.Decision
+		src = l.source
+		err error
+	)
+	if l.sourced != nil {
+		var s string
+		d, s, err = l.sourced.TakeSourced(ctx, req)
+		src = Source(s)
+		if src == "" {
+			src = SourceStore
+		}
+	} else {
+		d, err = l.store.Take(ctx, req)
+	}
 	if err == nil && (d.Index < 0 || d.Index >= len(req.Limits)) {
 		err = fmt.Errorf("store answered for limit %d of %d", d.Index, len(req.Limits))
 	}
 	if l.onDecision != nil {
-		l.onDecision(Event{Request: r, Key: req.Key, Endpoint: endpoint, Shadow: shadow, Limits: req.Limits,
-			Rules: rs, Cost: req.EffectiveCost(), Decision: d, Err: err, Duration: time.Since(start)})
+		l.onDecision(Event{Request: cl.r, Key: req.Key, Endpoint: cl.endpoint, Shadow: shadow, Limits: req.Limits,
+			Rules: rs, Cost: req.EffectiveCost(), Decision: d, Err: err, Duration: time.Since(start),
+			Source: src, RulesVersion: cl.version})
 	}
-	return d, err
+	return d, src, err
 }
 
 // storeFailed decides a request the store could not: it passes, unless one
-// of its limits is a security limit that must fail closed.
-func (l *Limiter) storeFailed(r *http.Request, req *limit.Request, err error) error {
+// of its limits (from rules rs) is a security limit that must fail closed.
+// A fail-closed refusal the store chose itself (SourceFailClosed: the guard
+// while Redis is down) is a decision, logged at info; any other failure is
+// an error.
+func (l *Limiter) storeFailed(cl call, req *limit.Request, rs []*rules.Rule, src Source, err error) error {
 	l.metrics.storeError()
-	l.metrics.decision(outcomeError, "")
+	l.metrics.decision(outcomeError, "", src)
 	for i := range req.Limits {
 		if lim := &req.Limits[i]; lim.FailClosed {
-			l.log.LogAttrs(r.Context(), slog.LevelError, "rate limit store failed; refusing under a fail-closed limit",
-				slog.String("limit", lim.Name), slog.Any("error", err))
+			level := slog.LevelError
+			if src == SourceFailClosed {
+				level = slog.LevelInfo
+			}
+			l.logDecision(cl, level, "rate limit store failed; refusing under a fail-closed limit",
+				logLine{outcome: outcomeError, limit: lim, rule: ruleAt(rs, i), source: src, err: err})
 			e := newError(http.StatusServiceUnavailable,
 				fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
 			e.Problem.Limit = lim.Name
 			return e
 		}
 	}
-	l.log.LogAttrs(r.Context(), slog.LevelWarn, "rate limit store failed; letting the request through",
-		slog.Any("error", err))
+	l.logDecision(cl, slog.LevelWarn, "rate limit store failed; letting the request through",
+		logLine{outcome: outcomeError, source: src, err: err})
 	return nil
+}
+
+// logLine is what one line of the decision log says beyond the request.
+type logLine struct {
+	outcome string
+	limit   *limit.Limit  // the limit that decided; nil when none did
+	rule    *rules.Rule   // the rule it came from; nil when unknown
+	source  Source        // the path that answered
+	wait    time.Duration // a refusal's retry time
+	err     error         // the store's, for a failure
+}
+
+// logDecision writes one line of the decision log, unless the caller's key
+// had one less than logEvery ago. The key is written as keyHash writes it,
+// never as it came.
+func (l *Limiter) logDecision(cl call, level slog.Level, msg string, line logLine) {
+	ctx := cl.r.Context()
+	if !l.log.Enabled(ctx, level) || !l.sampled.allow(cl.caller.key, l.now().UnixMilli()) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs, slog.String("key", keyHash(cl.caller.key)), slog.String("outcome", line.outcome))
+	if line.limit != nil {
+		attrs = append(attrs, slog.String("limit", line.limit.Name))
+	}
+	if line.rule != nil {
+		attrs = append(attrs, slog.Any("rule", ruleAttrs(line.rule, true)))
+	}
+	if cl.endpoint != "" {
+		attrs = append(attrs, slog.String("endpoint", cl.endpoint))
+	}
+	attrs = append(attrs, slog.String("source", string(line.source)), slog.Int64("rules_version", cl.version))
+	if line.outcome == outcomeRefused {
+		attrs = append(attrs, slog.Int64("retry_after_ms", line.wait.Milliseconds()))
+	}
+	if line.err != nil {
+		attrs = append(attrs, slog.Any("error", line.err))
+	}
+	l.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// ruleAt is rs[i], or nil when rs does not reach i.
+func ruleAt(rs []*rules.Rule, i int) *rules.Rule {
+	if i < 0 || i >= len(rs) {
+		return nil
+	}
+	return rs[i]
 }
 
 // shadow checks the shadow-mode limits of a request and reports what they
 // would have done. It never refuses.
-func (l *Limiter) shadow(r *http.Request, c caller, endpoint string, res *rules.Resolution) {
-	req := limit.Request{Key: shadowPrefix + c.key, Cost: res.Cost, Limits: res.Shadow}
-	d, err := l.take(r, &req, endpoint, res.ShadowRules, true)
+func (l *Limiter) shadow(cl call, res *rules.Resolution) {
+	r := cl.r
+	req := limit.Request{Key: shadowPrefix + cl.caller.key, Cost: res.Cost, Limits: res.Shadow}
+	d, src, err := l.take(cl, &req, res.ShadowRules, true)
 	if err != nil {
 		l.metrics.storeError()
 		l.log.LogAttrs(r.Context(), slog.LevelWarn, "rate limit store failed on shadow limits", slog.Any("error", err))
@@ -247,33 +353,19 @@ func (l *Limiter) shadow(r *http.Request, c caller, endpoint string, res *rules.
 	}
 	lim := &res.Shadow[d.Index]
 	if d.Allowed {
-		l.metrics.decision(outcomeShadowAllowed, lim.Name)
+		l.metrics.decision(outcomeShadowAllowed, lim.Name, src)
 		return
 	}
-	l.metrics.decision(outcomeShadowRefused, lim.Name)
+	l.metrics.decision(outcomeShadowRefused, lim.Name, src)
 	attrs := []slog.Attr{
-		slog.String("key", c.key), slog.String("limit", lim.Name), slog.String("endpoint", endpoint),
+		slog.String("key", cl.caller.key), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int64("retry_after_ms", retryAfter(lim, &d).Milliseconds()),
 	}
-	if d.Index < len(res.ShadowRules) && res.ShadowRules[d.Index] != nil {
-		attrs = append(attrs, slog.Any("rule", ruleAttrs(res.ShadowRules[d.Index])))
+	if rule := ruleAt(res.ShadowRules, d.Index); rule != nil {
+		attrs = append(attrs, slog.Any("rule", ruleAttrs(rule, false)))
 	}
 	l.log.LogAttrs(r.Context(), slog.LevelInfo, "shadow rule would refuse", attrs...)
-}
-
-// ruleAttrs describes a rule in a log line.
-func ruleAttrs(rule *rules.Rule) slog.Value {
-	attrs := []slog.Attr{slog.String("scope", string(rule.Scope))}
-	for _, kv := range [][2]string{{"plan", rule.Match.Plan}, {"endpoint", rule.Match.Endpoint}, {"key", rule.Match.Key}, {"reason", rule.Reason}} {
-		if kv[1] != "" {
-			attrs = append(attrs, slog.String(kv[0], kv[1]))
-		}
-	}
-	if rule.ID != 0 {
-		attrs = append(attrs, slog.Int64("id", rule.ID))
-	}
-	return slog.GroupValue(attrs...)
 }
 
 // refusal is the 429 for a request limit l refused.

@@ -38,8 +38,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "decisions_total",
-			Help: "Rate limit decisions by outcome (allowed, refused, shadow_allowed, shadow_refused, error) and the limit that decided (the tightest one when allowed).",
-		}, []string{"outcome", "limit"}),
+			Help: "Rate limit decisions by outcome (allowed, refused, shadow_allowed, shadow_refused, error), the limit that decided (the tightest one when allowed) and the source that answered (memory, redis, lease, refusal-cache, local-fallback, fail-closed, store).",
+		}, []string{"outcome", "limit", "source"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "check_duration_seconds",
 			Help:    "Time the limiter adds to a request: identity, rule resolution and the store call.",
@@ -58,9 +58,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) decision(outcome, limitName string) {
+func (m *metrics) decision(outcome, limitName string, src Source) {
 	if m != nil {
-		m.decisions.WithLabelValues(outcome, limitName).Inc()
+		m.decisions.WithLabelValues(outcome, limitName, string(src)).Inc()
 	}
 }
 

@@ -240,6 +240,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return first
 }
 
+// The outermost stores newGuardedStore returns say where each answer came
+// from, for the gateway's metrics, decision log and OnDecision events.
+var (
+	_ gateway.SourcedStore = (*lease.Store)(nil)
+	_ gateway.SourcedStore = (*guard.Store)(nil)
+)
+
 // newGuardedStore wraps a Redis store for production: a deadline on every
 // call, a circuit breaker per Redis node with a local fallback at this
 // gateway's share of each limit (fail_mode closed limits refuse), and token

@@ -283,6 +283,15 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	return a.Decision, err
 }
 
+// TakeSourced is Take that also says where the answer came from, as the
+// string of a Source (FromRedis, FromLocalFallback, or FromFailClosed with
+// its error); it is empty when ctx ended first. It is what the gateway asks
+// of a store that can tell (gateway.SourcedStore).
+func (s *Store) TakeSourced(ctx context.Context, req *limit.Request) (limit.Decision, string, error) {
+	a, err := s.TakeUpTo(ctx, req, req.EffectiveCost())
+	return a.Decision, string(a.Source), err
+}
+
 // TakeUpTo takes between req's cost and want tokens, as the remote's
 // TakeUpTo does, and says where the answer came from. While the key's shard
 // cannot answer, the local fallback grants exactly the cost, from the

@@ -175,6 +175,14 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	return a.Decision, err
 }
 
+// TakeSourced is Take that also says where the answer came from, as the
+// string of the guard.Source that Decide reports. It is what the gateway
+// asks of a store that can tell (gateway.SourcedStore).
+func (s *Store) TakeSourced(ctx context.Context, req *limit.Request) (limit.Decision, string, error) {
+	a, err := s.Decide(ctx, req)
+	return a.Decision, string(a.Source), err
+}
+
 // Decide is Take that also says where the answer came from: a leased token
 // (guard.FromLease), a remembered refusal (guard.FromRefusalCache), or the
 // inner store's own answer and source. Errors are the inner store's,

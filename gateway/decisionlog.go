@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// Bounds of the decision log's sampling: at most one line per key per
+// logEvery, and at most samplerKeys keys remembered, so that neither a
+// flood of one key's refusals nor a flood of distinct keys can flood the
+// log or grow the gateway's memory.
+const (
+	logEvery        = time.Second
+	samplerShards   = 16
+	samplerKeys     = 4096
+	samplerPerShard = samplerKeys / samplerShards
+)
+
+// sampler lets through at most one log line per key per interval. The zero
+// value is not usable; use newSampler. It is safe for concurrent use.
+//
+// It remembers when each key last had a line, in shards of at most
+// samplerPerShard keys. A shard that is full forgets its keys whose interval
+// is over, at most once an interval; until then new keys get no line. A
+// flood of distinct keys therefore costs at most samplerKeys lines an
+// interval and a bounded map, never more.
+type sampler struct {
+	every  int64 // ms
+	seed   maphash.Seed
+	shards [samplerShards]samplerShard
+}
+
+type samplerShard struct {
+	mu    sync.Mutex
+	last  map[string]int64 // key → when its last line went out (Unix ms); guarded by mu
+	swept int64            // when the map was last swept (Unix ms); guarded by mu
+}
+
+func newSampler(every time.Duration) *sampler {
+	s := &sampler{every: every.Milliseconds(), seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].last = map[string]int64{}
+	}
+	return s
+}
+
+// allow reports whether key may have a line at now (Unix ms), and if so
+// counts it.
+func (s *sampler) allow(key string, now int64) bool {
+	sh := &s.shards[maphash.String(s.seed, key)%samplerShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if t, ok := sh.last[key]; ok {
+		// A clock that went back lets the key through rather than
+		// silencing it until the clock catches up.
+		if d := now - t; d >= 0 && d < s.every {
+			return false
+		}
+		sh.last[key] = now
+		return true
+	}
+	if len(sh.last) >= samplerPerShard {
+		if d := now - sh.swept; d >= 0 && d < s.every {
+			return false
+		}
+		for k, t := range sh.last {
+			if d := now - t; d < 0 || d >= s.every {
+				delete(sh.last, k)
+			}
+		}
+		sh.swept = now
+		if len(sh.last) >= samplerPerShard {
+			return false
+		}
+	}
+	sh.last[key] = now
+	return true
+}
+
+// keyHash is how the decision log names a store key: its kind ("k:" or
+// "ip:") and the first 8 bytes of the SHA-256 of the whole key in hex, so
+// that lines of one caller can be found and followed across gateways
+// without the log holding an API key or an address. An operator who knows
+// a key finds its hash with
+//
+//	printf %s 'k:KEY' | sha256sum | cut -c1-16
+func keyHash(key string) string {
+	kind := addrPrefix
+	if strings.HasPrefix(key, keyPrefix) {
+		kind = keyPrefix
+	}
+	sum := sha256.Sum256([]byte(key))
+	return kind + hex.EncodeToString(sum[:8])
+}
+
+// ruleAttrs describes a rule in a log line. With hashKey, a key rule's API
+// key is written as keyHash writes it.
+func ruleAttrs(rule *rules.Rule, hashKey bool) slog.Value {
+	attrs := []slog.Attr{slog.String("scope", string(rule.Scope))}
+	key := rule.Match.Key
+	if hashKey && key != "" {
+		key = keyHash(keyPrefix + key)
+	}
+	for _, kv := range [][2]string{{"plan", rule.Match.Plan}, {"endpoint", rule.Match.Endpoint}, {"key", key}, {"reason", rule.Reason}} {
+		if kv[1] != "" {
+			attrs = append(attrs, slog.String(kv[0], kv[1]))
+		}
+	}
+	if rule.ID != 0 {
+		attrs = append(attrs, slog.Int64("id", rule.ID))
+	}
+	return slog.GroupValue(attrs...)
+}
