@@ -214,15 +214,15 @@ func (c *Client) report(ctx context.Context, vrs []VersionReport) error {
 // Observe counts one store call of the gateway, for gateway.Config's
 // OnDecision: enforced decisions for the canary, and shadow limits that
 // would have refused. Calls the store could not answer are not counted:
-// they say nothing about the rules. The version counted is the one in force
-// when the call ends, which differs from the request's only across a swap.
+// they say nothing about the rules. Each call counts under e.RulesVersion,
+// the version its request was resolved against, so a swap while requests
+// are in flight moves none of them to the new version's counts.
 func (c *Client) Observe(e gateway.Event) {
-	set := c.set.Load()
-	if set == nil || e.Err != nil {
+	if e.Err != nil {
 		return
 	}
 	if !e.Shadow {
-		c.Record(set.Version, !e.Decision.Allowed)
+		c.Record(e.RulesVersion, !e.Decision.Allowed)
 		return
 	}
 	if e.Decision.Allowed || e.Decision.Index < 0 || e.Decision.Index >= len(e.Rules) || e.Rules[e.Decision.Index] == nil {
@@ -232,5 +232,5 @@ func (c *Client) Observe(e gateway.Event) {
 	if k, ok := strings.CutPrefix(key, "k:"); ok {
 		key = k
 	}
-	c.RecordShadow(set.Version, e.Rules[e.Decision.Index].ID, key)
+	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, key)
 }

@@ -1,8 +1,10 @@
 package rulesync_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -109,6 +112,7 @@ func TestObserveCountsGatewayEvents(t *testing.T) {
 		{Key: "shadow:k:key_c", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false, Index: 3}},
 	}
 	for _, e := range events {
+		e.RulesVersion = 9
 		c.Observe(e)
 	}
 	waitFor(t, "the events reported", func() bool {
@@ -118,5 +122,76 @@ func TestObserveCountsGatewayEvents(t *testing.T) {
 	got := f.totals()
 	if got.refused[9] != 1 || got.keys[77]["key_a"] != 1 || got.keys[77]["ip:192.0.2.9"] != 1 {
 		t.Errorf("got %d refused and shadow keys %v, want 1 refused and key_a, ip:192.0.2.9 once each", got.refused[9], got.keys[77])
+	}
+}
+
+// gatedStore is a memstore whose first Take waits, once it has started,
+// until release is closed: a stall between a request's resolution and its
+// decision, long enough to swap the rules in.
+type gatedStore struct {
+	*memstore.Store
+	once    sync.Once
+	entered chan struct{} // closed when the first Take has started
+	release chan struct{} // closed by the test to let it finish
+}
+
+func (g *gatedStore) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.entered)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return limit.Decision{}, ctx.Err()
+		}
+	}
+	return g.Store.Take(ctx, req)
+}
+
+func TestObserveCountsTheVersionThatResolvedTheRequest(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(1000))
+	c := newClient(t, srv.URL, rulesync.Config{ReportInterval: 10 * time.Millisecond})
+	run(t, c)
+	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+	store := &gatedStore{Store: memstore.New(memstore.Config{}), entered: make(chan struct{}), release: make(chan struct{})}
+	lim, err := gateway.New(gateway.Config{Rules: c, Store: store, OnDecision: c.Observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := lim.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func() int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", "key_a")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+
+	// The first request is resolved under version 5 and decided after 6
+	// is in force; the second is resolved under 6.
+	done := make(chan int, 1)
+	go func() { done <- serve() }()
+	select {
+	case <-store.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the store")
+	}
+	f.set(t, 6, docWithDefault(1000))
+	waitFor(t, "version 6", func() bool { return versionOf(c) == 6 })
+	close(store.release)
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("request across the swap: status %d, want 200", code)
+	}
+	if code := serve(); code != http.StatusOK {
+		t.Fatalf("request after the swap: status %d, want 200", code)
+	}
+	waitFor(t, "both requests reported", func() bool {
+		got := f.totals()
+		return got.requests[5]+got.requests[6] == 2
+	})
+	if got := f.totals(); got.requests[5] != 1 || got.requests[6] != 1 {
+		t.Errorf("got %d requests under version 5 and %d under 6, want 1 and 1 (the version each was resolved against)",
+			got.requests[5], got.requests[6])
 	}
 }
