@@ -36,6 +36,8 @@ type gatewayOptions struct {
 	Rules           string // a rules file
 	RulesURL        string // the rules service
 	RulesCache      string // where the last snapshot from RulesURL is kept
+	GatewayID       string // this gateway's name to the rules service; empty: $SLUICE_GATEWAY_ID, else host and PID
+	Region          string // this gateway's region, for the fleet count per region; empty: $SLUICE_REGION
 	Redis           []string
 	MetricsListen   string
 	TrustedProxies  []netip.Prefix
@@ -75,6 +77,8 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.StringVar(&opts.Rules, "rules", "", "rules `file` (YAML); empty uses the built-in demo rules")
 	fs.StringVar(&opts.RulesURL, "rules-url", "", "`URL` of the rules service to take rules from instead of a file")
 	fs.StringVar(&opts.RulesCache, "rules-cache", "", "`file` keeping the last rules from --rules-url, for starts while the service is down")
+	fs.StringVar(&opts.GatewayID, "gateway-id", "", "`name` of this gateway to the rules service; empty means $"+envGatewayID+", else host name and process ID")
+	fs.StringVar(&opts.Region, "region", "", "`region` this gateway serves, for the rules service's fleet count; empty means $"+envRegion)
 	fs.Func("redis", "Redis `address`es, comma-separated: one standalone server, or seeds of a Redis Cluster; empty keeps counts in process", func(s string) error {
 		opts.Redis = nil
 		for a := range strings.SplitSeq(s, ",") {

@@ -108,3 +108,13 @@ func TestGatewayFlagDefaults(t *testing.T) {
 		t.Errorf("--redis and --trusted-proxy parsed as %s, want [a:1 b:2] [10.0.0.0/8 192.0.2.1/32]", got)
 	}
 }
+
+func TestGatewayIdentityFlags(t *testing.T) {
+	opts, err := parseGatewayFlags([]string{"--rules-url", "http://127.0.0.1:1/", "--gateway-id", "gw-eu-7", "--region", "eu"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.GatewayID != "gw-eu-7" || opts.Region != "eu" {
+		t.Errorf("--gateway-id and --region parsed as %q and %q, want gw-eu-7 and eu", opts.GatewayID, opts.Region)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 // restarted while the service is down still enforces the last rules it
 // had; without one it waits up to rulesStartTimeout for the service.
 func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (*rulesync.Client, error) {
-	id := os.Getenv(envGatewayID)
+	id := cmp.Or(opts.GatewayID, os.Getenv(envGatewayID))
 	if id == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
@@ -66,7 +67,7 @@ func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logg
 		id = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	c, err := rulesync.New(rulesync.Config{
-		URL: opts.RulesURL, Token: os.Getenv(envGatewayToken), Gateway: id, Region: os.Getenv(envRegion),
+		URL: opts.RulesURL, Token: os.Getenv(envGatewayToken), Gateway: id, Region: cmp.Or(opts.Region, os.Getenv(envRegion)),
 		CacheFile: opts.RulesCache, Logger: logger,
 	})
 	if err != nil {

@@ -264,3 +264,25 @@ func TestE2EExpiredOverrideStopsApplying(t *testing.T) {
 		t.Errorf("after expiry: got %v, want [200 200 200]", got)
 	}
 }
+
+// A gateway named and placed by flags, not the environment, is counted in
+// its region of the fleet the service reports.
+func TestE2EGatewayIdentityFlags(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	svc := startService(t, schema, "127.0.0.1:0")
+	seedFree(t, svc.URL)
+	sluice.Start(t, "gateway", "--listen", "127.0.0.1:0", "--rules-url", svc.URL,
+		"--gateway-id", "gw-flagged", "--region", "ap", "--log-level", "warn")
+	eventually(t, 10*time.Second, "gw-flagged counted in region ap", func() bool {
+		var res struct {
+			Fleet struct {
+				Total   int
+				Regions map[string]int
+			}
+			Gateways []struct{ ID, Region string }
+		}
+		mustCall(t, svc.URL, "GET", "/admin/v1/fleet", nil, 200, &res)
+		return res.Fleet.Regions["ap"] == 1 && len(res.Gateways) == 1 && res.Gateways[0].ID == "gw-flagged"
+	})
+}
