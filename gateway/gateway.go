@@ -357,13 +357,19 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution) {
 		return
 	}
 	l.metrics.decision(outcomeShadowRefused, lim.Name, src)
+	// Sampled like the decision log, on its own keys so that a shadow line
+	// and an enforced one of the same caller do not silence each other; the
+	// metric above counts every would-be refusal.
+	if !l.log.Enabled(r.Context(), slog.LevelInfo) || !l.sampled.allow(req.Key, l.now().UnixMilli()) {
+		return
+	}
 	attrs := []slog.Attr{
-		slog.String("key", cl.caller.key), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
+		slog.String("key", keyHash(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int64("retry_after_ms", retryAfter(lim, &d).Milliseconds()),
 	}
 	if rule := ruleAt(res.ShadowRules, d.Index); rule != nil {
-		attrs = append(attrs, slog.Any("rule", ruleAttrs(rule, false)))
+		attrs = append(attrs, slog.Any("rule", ruleAttrs(rule, true)))
 	}
 	l.log.LogAttrs(r.Context(), slog.LevelInfo, "shadow rule would refuse", attrs...)
 }
