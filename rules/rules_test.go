@@ -119,11 +119,43 @@ rules:
 		{"GET", "/v1/items/42", "items"},
 		{"GET", "/v1/other", "any"},
 		{"GET", "/v2/search", ""},
+		// Spellings of one path that servers route alike, and HEAD for GET.
+		{"HEAD", "/v1/search", "search"},
+		{"GET", "/v1//search", "search"},
+		{"GET", "/v1/search/", "search"},
+		{"GET", "/v1/./search", "search"},
+		{"GET", "/v1/x/../search", "search"},
+		{"GET", "v1/search", "search"},
+		{"GET", "/v1/items", "items"},
+		{"GET", "/v1/items/", "items"},
+		{"GET", "/v1/itemsx", "any"},
+		{"DELETE", "/v1/items/1", "items"},
 	}
 	for _, tt := range tests {
 		ep, _ := s.Endpoint(tt.method, tt.path)
 		if ep.Name != tt.want {
 			t.Errorf("%s %s: endpoint %q, want %q", tt.method, tt.path, ep.Name, tt.want)
+		}
+	}
+}
+
+// An endpoint of one method wins over one of any method on the same path,
+// wherever each stands in the file.
+func TestEndpointMethodBeforeAny(t *testing.T) {
+	for _, order := range []string{"any first", "method first"} {
+		eps := "  - {name: any, path: /v1/login}\n  - {name: login, method: POST, path: /v1/login}\n"
+		if order == "method first" {
+			eps = "  - {name: login, method: POST, path: /v1/login}\n  - {name: any, path: /v1/login}\n"
+		}
+		s, err := rules.Parse("inline", []byte("endpoints:\n"+eps+"rules:\n  - scope: default\n    limits: [{name: s, rate: 1, per: 1s}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep, _ := s.Endpoint("POST", "/v1/login"); ep.Name != "login" {
+			t.Errorf("%s: POST /v1/login matched %q, want login", order, ep.Name)
+		}
+		if ep, _ := s.Endpoint("GET", "/v1/login"); ep.Name != "any" {
+			t.Errorf("%s: GET /v1/login matched %q, want any", order, ep.Name)
 		}
 	}
 }
@@ -172,6 +204,12 @@ rules:
 rules:
   - scope: default
     limits: [{name: s, rate: 1, per: 1s}, {name: s, rate: 5, per: 1m}]`, []string{"limits[1].name", "twice"}},
+		{"two permanent ip rules", `
+rules:
+  - scope: ip
+    limits: [{name: ip, rate: 1, per: 1s}]
+  - scope: ip
+    limits: [{name: ip, rate: 5, per: 1s}]`, []string{"rules[1] (ip)", "match", "already exists"}},
 		{"no limits", `
 rules:
   - scope: default

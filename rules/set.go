@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -129,13 +131,18 @@ func Compile(doc Document, version int64) (*Set, error) {
 		names[ep.Name] = true
 		s.endpoints = append(s.endpoints, ep)
 	}
-	// Exact paths before prefixes, longer prefixes before shorter ones.
+	// Exact paths before prefixes, longer prefixes before shorter ones, and
+	// for one path an endpoint of one method before one of any method.
 	sort.SliceStable(s.endpoints, func(i, j int) bool {
-		pi, pj := strings.HasSuffix(s.endpoints[i].Path, "*"), strings.HasSuffix(s.endpoints[j].Path, "*")
-		if pi != pj {
-			return !pi
+		a, b := &s.endpoints[i], &s.endpoints[j]
+		pa, pb := strings.HasSuffix(a.Path, "*"), strings.HasSuffix(b.Path, "*")
+		if pa != pb {
+			return !pa
 		}
-		return len(s.endpoints[i].Path) > len(s.endpoints[j].Path)
+		if len(a.Path) != len(b.Path) {
+			return len(a.Path) > len(b.Path)
+		}
+		return a.Method != "" && b.Method == ""
 	})
 	for i := range doc.Rules {
 		r := &doc.Rules[i]
@@ -143,18 +150,22 @@ func Compile(doc Document, version int64) (*Set, error) {
 		if err != nil {
 			return nil, &FieldError{Where: fmt.Sprintf("rules[%d] (%s)", i, describe(r)), Field: err.Field, Problem: err.Problem}
 		}
-		if r.Scope == ScopeIP {
-			s.ip = append(s.ip, c)
-			continue
-		}
 		mk := matchKey{scope: r.Scope, plan: r.Match.Plan, ep: r.Match.Endpoint, key: r.Match.Key}
-		for _, other := range s.byMatch[mk] {
+		same := s.byMatch[mk]
+		if r.Scope == ScopeIP {
+			same = s.ip
+		}
+		for _, other := range same {
 			if other.shadow == c.shadow && other.expires.IsZero() && c.expires.IsZero() {
 				return nil, &FieldError{Where: fmt.Sprintf("rules[%d] (%s)", i, describe(r)), Field: "match",
 					Problem: "another rule with the same scope, match and mode already exists"}
 			}
 		}
-		s.byMatch[mk] = append(s.byMatch[mk], c)
+		if r.Scope == ScopeIP {
+			s.ip = append(s.ip, c)
+		} else {
+			s.byMatch[mk] = append(s.byMatch[mk], c)
+		}
 	}
 	canon, err := json.Marshal(doc)
 	if err != nil {
@@ -276,16 +287,23 @@ type Resolution struct {
 }
 
 // Endpoint returns the endpoint a request's method and path belong to, if any.
-func (s *Set) Endpoint(method, path string) (Endpoint, bool) {
+//
+// The path is compared in its cleaned form (path.Clean: no doubled slashes,
+// no "." or ".." segments, no trailing slash), and a HEAD request matches a
+// GET endpoint, as most servers route them: otherwise "/v1//search",
+// "/v1/search/" or a HEAD would slip past an endpoint's cost and limits. A
+// prefix endpoint "/v1/export/*" also matches "/v1/export" itself.
+func (s *Set) Endpoint(method, p string) (Endpoint, bool) {
+	p = path.Clean("/" + p)
 	for _, ep := range s.endpoints {
-		if ep.Method != "" && ep.Method != method {
+		if ep.Method != "" && ep.Method != method && !(method == http.MethodHead && ep.Method == http.MethodGet) {
 			continue
 		}
 		if prefix, ok := strings.CutSuffix(ep.Path, "*"); ok {
-			if strings.HasPrefix(path, prefix) {
+			if strings.HasPrefix(p, prefix) || p == path.Clean(prefix) {
 				return ep, true
 			}
-		} else if path == ep.Path {
+		} else if p == path.Clean(ep.Path) {
 			return ep, true
 		}
 	}
