@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -110,7 +111,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 		}
 		return nil
 	})
-	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); 0 for none")
+	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); with --redis it must exceed --redis-timeout; 0 for none")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	fs.IntVar(&opts.Guard.Gateways, "gateways", 0, "`number` of gateways in the fleet, for leases and the local fallback, until the rules service reports it; 0 means 1")
@@ -123,6 +124,23 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	return opts, err
 }
 
+// checkStoreTimeout refuses a --store-timeout that would cut Redis calls
+// short of --redis-timeout. The guard bounds each Redis call itself and
+// answers from the local fallback past its deadline; a shorter bound on the
+// whole store call only pre-empts that, and reads as a second, conflicting
+// Redis deadline.
+func checkStoreTimeout(opts gatewayOptions) error {
+	if len(opts.Redis) == 0 || opts.StoreTimeout == 0 {
+		return nil
+	}
+	rt := cmp.Or(opts.Guard.RedisTimeout, defaultRedisTimeout)
+	if opts.StoreTimeout <= rt {
+		return fmt.Errorf("--store-timeout %v is not above --redis-timeout %v: with --redis, --redis-timeout bounds each Redis call "+
+			"(then the request is limited locally); set --store-timeout above it, or leave it unset", opts.StoreTimeout, rt)
+	}
+	return nil
+}
+
 // runGateway runs the gateway until ctx is done, then shuts it down.
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opts, err := parseGatewayFlags(args, stderr)
@@ -131,6 +149,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if opts.Rules != "" && opts.RulesURL != "" {
 		return fmt.Errorf("--rules and --rules-url are both set; choose one")
+	}
+	if err := checkStoreTimeout(opts); err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
 

@@ -86,6 +86,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules-cache", "x.json"}, 1, "--rules-cache needs --rules-url"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules", "a.yaml", "--rules-url", "http://127.0.0.1:1/"}, 1, "choose one"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "ftp://x"}, 1, `--upstream "ftp://x"`},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1", "--store-timeout", "3ms"}, 1, "--store-timeout 3ms is not above --redis-timeout 5ms"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1", "--redis-timeout", "50ms", "--store-timeout", "50ms"}, 1, "--store-timeout 50ms is not above --redis-timeout 50ms"},
 	})
 }
 

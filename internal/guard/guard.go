@@ -78,7 +78,9 @@ type Remote interface {
 type Config struct {
 	// Timeout bounds each call to the shared store. Zero means 5ms: a
 	// Redis call takes well under a millisecond, and waiting longer on
-	// every request would turn a slow shard into a slow API.
+	// every request would turn a slow shard into a slow API. A caller's
+	// own deadline that passes first while waiting on the shard counts as
+	// a timeout of the shard, the same as this one.
 	Timeout time.Duration
 	// TripAfter is how many consecutive failures open a shard's breaker.
 	// Zero means 5.
@@ -275,9 +277,10 @@ func (s *Store) anyOpen() bool {
 }
 
 // Take implements limit.Store. It returns an error only for an invalid
-// request, when ctx ends first, or for a FailClosed limit whose shard cannot
-// answer (wrapping ErrUnavailable); any other failure of the shared store is
-// answered by the local fallback.
+// request, when ctx is done before the call or cancelled during it, or for
+// a FailClosed limit whose shard cannot answer (wrapping ErrUnavailable);
+// any other failure of the shared store, including ctx's deadline passing
+// while waiting on it, is answered by the local fallback.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	a, err := s.TakeUpTo(ctx, req, req.EffectiveCost())
 	return a.Decision, err
@@ -304,6 +307,10 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (A
 	}
 	cost := req.EffectiveCost()
 	want = max(want, cost)
+	if err := ctx.Err(); err != nil {
+		// Gone before the shard was asked: no verdict on it either way.
+		return Answer{}, fmt.Errorf("guard: %w", err)
+	}
 	sh := s.shard(req.Key)
 
 	sh.mu.Lock()
@@ -328,8 +335,13 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (A
 		granted, d, err = s.remote.TakeUpTo(cctx, req, want)
 	}
 	cancel()
-	if err != nil && ctx.Err() != nil {
-		// The caller gave up: that says nothing about the shard.
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		// The caller cancelled (its client went away): that says nothing
+		// about the shard. A caller's deadline that passed while the shard
+		// kept it waiting is another matter: it is the shard being slow,
+		// counted below as a timeout like the guard's own deadline, or a
+		// caller deadline shorter than Timeout (gateway.Config.Timeout)
+		// would keep a hung shard's breaker closed forever.
 		sh.mu.Lock()
 		sh.b.abandon(probe)
 		sh.mu.Unlock()

@@ -274,14 +274,60 @@ func TestCallerGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	remote.set("a", "hang")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancel()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Millisecond, cancel)
 	req := &limit.Request{Key: "a/alice", Limits: perSecond(100, 100)}
-	if _, err := s.Take(ctx, req); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("caller's deadline ran out: got error %v, want context.DeadlineExceeded", err)
+	if _, err := s.Take(ctx, req); !errors.Is(err, context.Canceled) {
+		t.Errorf("caller cancelled: got error %v, want context.Canceled", err)
 	}
 	if got := s.Breaker("a"); got != guard.Closed {
-		t.Errorf("after the caller gave up: breaker is %v, want closed (the shard was not at fault)", got)
+		t.Errorf("after the caller cancelled: breaker is %v, want closed (the shard was not at fault)", got)
+	}
+	if _, err := s.Take(ctx, req); !errors.Is(err, context.Canceled) {
+		t.Errorf("caller cancelled before the call: got error %v, want context.Canceled", err)
+	}
+	if got := remote.calls.Load(); got != 1 {
+		t.Errorf("a call under a context already done: got %d calls to the shard, want 1 (none for it)", got)
+	}
+}
+
+// TestCallerDeadlineIsATimeout: a caller's deadline shorter than the
+// guard's (the gateway's --store-timeout below --redis-timeout) that passes
+// while a hung shard keeps it waiting is the shard's failure, so the
+// breaker opens and the local fallback limits the key, instead of every
+// request passing unlimited.
+func TestCallerDeadlineIsATimeout(t *testing.T) {
+	clk := limittest.NewClock(start)
+	remote := newFlaky(clk.Now)
+	s, err := guard.New(remote, guard.Config{Timeout: time.Hour, Now: clk.Now, Shard: shardOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote.set("a", "hang")
+	req := &limit.Request{Key: "a/alice", Limits: []limit.Limit{{Name: "m", Count: 1, Period: time.Minute}}}
+	allowed := 0
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		a, err := s.TakeUpTo(ctx, req, 1)
+		cancel()
+		if err != nil {
+			t.Fatalf("request %d: got error %v, want a local answer", i+1, err)
+		}
+		if a.Source != guard.FromLocalFallback {
+			t.Fatalf("request %d: got an answer from %s, want %s", i+1, a.Source, guard.FromLocalFallback)
+		}
+		if a.Allowed {
+			allowed++
+		}
+	}
+	if got := s.Breaker("a"); got != guard.Open {
+		t.Errorf("after 20 caller deadlines on a hung shard: breaker is %v, want open", got)
+	}
+	if got := remote.calls.Load(); got != 5 {
+		t.Errorf("got %d calls waited on the hung shard, want 5 (then the breaker answers)", got)
+	}
+	if allowed != 2 {
+		t.Errorf("limit 1 a minute, one gateway, slack 2: got %d of 20 allowed, want 2", allowed)
 	}
 }
 
