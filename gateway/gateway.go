@@ -45,6 +45,14 @@ type Config struct {
 	// Only a request whose TCP peer is inside one of them has its
 	// X-Forwarded-For read. Nil trusts nobody.
 	TrustedProxies []netip.Prefix
+	// UnknownKeysAsAddress limits a request whose API key is not in the
+	// rules' key directory as its client address, as if it had sent no
+	// key. The Limiter does not authenticate keys: by default every key is
+	// a caller of its own, so a client that invents a new key for each
+	// request gets a fresh default bucket each time unless the upstream
+	// refuses unknown keys. Set it when the directory lists every valid
+	// key; a key then found only in a key-scope rule is an address too.
+	UnknownKeysAsAddress bool
 	// Logger receives the decision log (refusals, local-fallback answers
 	// and store errors, at most one line per key a second), and shadow
 	// refusals. Nil discards.
@@ -99,17 +107,18 @@ type Event struct {
 // Limiter is rate-limiting middleware. It is safe for concurrent use; the
 // rule source and store it was given are shared by every request.
 type Limiter struct {
-	store          limit.Store
-	sourced        SourcedStore // store, if it names its sources; else nil
-	source         Source       // names every answer while sourced is nil
-	sampled        *sampler     // thins out the decision log
-	rules          RuleSource
-	trustedProxies []netip.Prefix
-	log            *slog.Logger
-	metrics        *metrics
-	now            func() time.Time
-	timeout        time.Duration
-	onDecision     func(Event)
+	store                limit.Store
+	sourced              SourcedStore // store, if it names its sources; else nil
+	source               Source       // names every answer while sourced is nil
+	sampled              *sampler     // thins out the decision log
+	rules                RuleSource
+	trustedProxies       []netip.Prefix
+	unknownKeysAsAddress bool
+	log                  *slog.Logger
+	metrics              *metrics
+	now                  func() time.Time
+	timeout              time.Duration
+	onDecision           func(Event)
 }
 
 // New returns a Limiter for cfg.
@@ -122,7 +131,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{
 		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, now: cfg.Now,
-		timeout: cfg.Timeout, onDecision: cfg.OnDecision,
+		timeout: cfg.Timeout, onDecision: cfg.OnDecision, unknownKeysAsAddress: cfg.UnknownKeysAsAddress,
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -183,7 +192,7 @@ func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 	if set == nil {
 		return nil
 	}
-	c, err := l.identify(r)
+	c, err := l.identify(r, set)
 	if err != nil {
 		return err
 	}

@@ -340,7 +340,8 @@ func TestIdentity(t *testing.T) {
 		{"X-API-Key", []string{"X-API-Key", "key_pro"}, "k:key_pro"},
 		{"Bearer", []string{"Authorization", "Bearer key_pro"}, "k:key_pro"},
 		{"bearer in lower case", []string{"Authorization", "bearer key_pro"}, "k:key_pro"},
-		{"X-API-Key wins over Bearer", []string{"X-API-Key", "a", "Authorization", "Bearer b"}, "k:a"},
+		{"the same key in both headers", []string{"X-API-Key", "a", "Authorization", "Bearer a"}, "k:a"},
+		{"X-API-Key beside Basic", []string{"X-API-Key", "a", "Authorization", "Basic dXNlcjpwdw=="}, "k:a"},
 		{"Basic is not a key", []string{"Authorization", "Basic dXNlcjpwdw=="}, "ip:127.0.0.1"},
 		{"no key", nil, "ip:127.0.0.1"},
 		{"empty key", []string{"X-API-Key", ""}, "ip:127.0.0.1"},
@@ -358,6 +359,95 @@ func TestIdentity(t *testing.T) {
 				t.Errorf("limited as %q, want [%q]", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestTwoKeysAre400: a request naming two API keys is refused, not limited
+// as one of them. sluice does not authenticate keys, so if X-API-Key won
+// over the Bearer token the upstream checks, a client could send a fresh
+// invented X-API-Key each time and get a fresh bucket each time.
+func TestTwoKeysAre400(t *testing.T) {
+	const perMinute = `rules:
+- {scope: ip, limits: [{name: s, rate: 1, per: 1m}]}
+- {scope: default, limits: [{name: s, rate: 1, per: 1m}]}
+`
+	tests := []struct {
+		name   string
+		header []string
+		detail string
+	}{
+		{"X-API-Key and a different Bearer", []string{"X-API-Key", "junk-1", "Authorization", "Bearer real"}, "X-API-Key and the Bearer token in Authorization hold different keys"},
+		{"two X-API-Key lines", []string{"X-API-Key", "a", "X-API-Key", "b"}, "X-API-Key appears 2 times"},
+		{"two X-API-Key lines, the same key", []string{"X-API-Key", "a", "X-API-Key", "a"}, "X-API-Key appears 2 times"},
+		{"two Authorization lines", []string{"Authorization", "Bearer a", "Authorization", "Bearer b"}, "Authorization appears 2 times"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestGateway(t, perMinute, nil)
+			resp, body := g.do(t, "GET", "/", tt.header...)
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400", resp.StatusCode)
+			}
+			if p := decodeProblem(t, resp, body); !strings.Contains(p.Detail, tt.detail) {
+				t.Errorf("problem detail %q, want it to say %q", p.Detail, tt.detail)
+			}
+			if got := g.keys(); len(got) != 0 {
+				t.Errorf("limited as %q, want no store call", got)
+			}
+		})
+	}
+	// The attack the 400 stops: a junk X-API-Key per request beside the
+	// real Bearer token. At most the one request the limit allows passes.
+	g := newTestGateway(t, perMinute, nil)
+	passed := 0
+	for i := range 20 {
+		if resp, _ := g.do(t, "GET", "/", "X-API-Key", fmt.Sprint("junk-", i), "Authorization", "Bearer real"); resp.StatusCode == http.StatusOK {
+			passed++
+		}
+	}
+	if passed != 0 {
+		t.Errorf("a fresh X-API-Key per request beside one Bearer token: %d of 20 passed, want 0", passed)
+	}
+}
+
+// TestUnknownKeysAsAddress: with the option, a key the directory does not
+// hold is limited as its client address, so inventing keys buys nothing.
+func TestUnknownKeysAsAddress(t *testing.T) {
+	tests := []struct {
+		name   string
+		option bool
+		key    string
+		want   string
+	}{
+		{"a known key is itself", true, "key_pro", "k:key_pro"},
+		{"an unknown key is the address", true, "invented", "ip:127.0.0.1"},
+		{"without the option an unknown key is itself", false, "invented", "k:invented"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestGateway(t, testRules, func(c *gateway.Config) { c.UnknownKeysAsAddress = tt.option })
+			if resp, _ := g.do(t, "GET", "/", "X-API-Key", tt.key); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d, want 200", resp.StatusCode)
+			}
+			if got := g.keys(); len(got) != 1 || got[0] != tt.want {
+				t.Errorf("limited as %q, want [%q]", got, tt.want)
+			}
+		})
+	}
+	// Invented keys share the address's bucket: its burst, then 429.
+	const perMinute = `rules:
+- {scope: ip, limits: [{name: s, rate: 1, per: 1m, burst: 3}]}
+- {scope: default, limits: [{name: s, rate: 100, per: 1m}]}
+`
+	g := newTestGateway(t, perMinute, func(c *gateway.Config) { c.UnknownKeysAsAddress = true })
+	passed := 0
+	for i := range 20 {
+		if resp, _ := g.do(t, "GET", "/", "X-API-Key", fmt.Sprint("invented-", i)); resp.StatusCode == http.StatusOK {
+			passed++
+		}
+	}
+	if passed != 3 {
+		t.Errorf("20 invented keys from one address, its burst 3: %d passed, want 3", passed)
 	}
 }
 

@@ -27,29 +27,52 @@ type caller struct {
 }
 
 // identify finds the caller of r: its API key, else its client address.
-func (l *Limiter) identify(r *http.Request) (caller, error) {
+// With UnknownKeysAsAddress, a key set's directory does not hold is
+// limited as the client address too.
+func (l *Limiter) identify(r *http.Request, set *rules.Set) (caller, error) {
 	k, err := apiKey(r.Header)
 	if err != nil {
 		return caller{}, err
 	}
 	if k != "" {
-		return caller{apiKey: k, key: keyPrefix + k}, nil
+		if _, known := set.Key(k); known || !l.unknownKeysAsAddress {
+			return caller{apiKey: k, key: keyPrefix + k}, nil
+		}
 	}
 	return caller{key: addrPrefix + l.clientAddr(r)}, nil
 }
 
 // apiKey returns the key in X-API-Key or in an Authorization: Bearer
-// header, X-API-Key first. A key no rules file could hold is a 400 rather
-// than a new bucket per variant.
+// header. A key no rules file could hold is a 400 rather than a new bucket
+// per variant. So is a request that names two keys, in two X-API-Key or
+// Authorization lines or in both headers with different values: sluice
+// does not authenticate keys, so were one of them preferred, a client
+// could send a fresh invented key beside the real one its upstream checks,
+// and get a fresh bucket each time.
 func apiKey(h http.Header) (string, error) {
-	k := h.Get("X-API-Key")
-	from := "X-API-Key"
-	if k == "" {
-		auth := h.Get("Authorization")
-		if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
-			k = strings.TrimLeft(auth[7:], " ")
-			from = "Authorization"
+	xs, auths := h.Values("X-API-Key"), h.Values("Authorization")
+	switch {
+	case len(xs) > 1:
+		return "", newError(http.StatusBadRequest, fmt.Sprintf("X-API-Key appears %d times; send one API key", len(xs)), nil)
+	case len(auths) > 1:
+		return "", newError(http.StatusBadRequest, fmt.Sprintf("Authorization appears %d times; send one", len(auths)), nil)
+	}
+	var k, bearer string
+	if len(xs) == 1 {
+		k = xs[0]
+	}
+	if len(auths) == 1 {
+		if auth := auths[0]; len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+			bearer = strings.TrimLeft(auth[7:], " ")
 		}
+	}
+	from := "X-API-Key"
+	switch {
+	case k != "" && bearer != "" && k != bearer:
+		return "", newError(http.StatusBadRequest,
+			"X-API-Key and the Bearer token in Authorization hold different keys; send one API key", nil)
+	case k == "":
+		k, from = bearer, "Authorization"
 	}
 	if k == "" {
 		return "", nil

@@ -42,6 +42,7 @@ type gatewayOptions struct {
 	Redis           []string
 	MetricsListen   string
 	TrustedProxies  []netip.Prefix
+	UnknownKeys     bool // --unknown-keys-as-address
 	StoreTimeout    time.Duration
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
@@ -111,6 +112,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 		}
 		return nil
 	})
+	fs.BoolVar(&opts.UnknownKeys, "unknown-keys-as-address", false, "limit a request whose API key is not in the rules' key directory by its client address, as if it had no key; for directories that list every valid key")
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); with --redis it must exceed --redis-timeout; 0 for none")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
@@ -189,7 +191,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	lim, err := gateway.New(gateway.Config{
-		Store: store, Rules: src, TrustedProxies: opts.TrustedProxies,
+		Store: store, Rules: src, TrustedProxies: opts.TrustedProxies, UnknownKeysAsAddress: opts.UnknownKeys,
 		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout, OnDecision: onDecision,
 	})
 	if err != nil {

@@ -102,9 +102,12 @@ func TestGatewayFlagDefaults(t *testing.T) {
 	if fmt.Sprint(opts) != fmt.Sprint(want) {
 		t.Errorf("defaults %+v, want %+v", opts, want)
 	}
-	opts, err = parseGatewayFlags([]string{"--redis", "a:1, b:2,", "--trusted-proxy", "10.0.0.0/8,192.0.2.1"}, io.Discard)
+	opts, err = parseGatewayFlags([]string{"--redis", "a:1, b:2,", "--trusted-proxy", "10.0.0.0/8,192.0.2.1", "--unknown-keys-as-address"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !opts.UnknownKeys {
+		t.Error("--unknown-keys-as-address not parsed")
 	}
 	if got := fmt.Sprint(opts.Redis, opts.TrustedProxies); got != "[a:1 b:2] [10.0.0.0/8 192.0.2.1/32]" {
 		t.Errorf("--redis and --trusted-proxy parsed as %s, want [a:1 b:2] [10.0.0.0/8 192.0.2.1/32]", got)
