@@ -96,7 +96,9 @@ type Config struct {
 	// Zero means 1.
 	Gateways int
 	// Fleet, if set, reports the current number of gateways (from the rules
-	// service); a result below 1 means unknown, and Gateways is used.
+	// service); a result below 1 means unknown, and Gateways is used. A
+	// shard's local fallback reads it once, at its first local answer, and
+	// keeps that size until a call to the shard succeeds again.
 	Fleet func() int
 	// Shard names the shard that holds key's limits: the Redis node serving
 	// its slot. One breaker serves each name. Nil puts every key in one
@@ -156,6 +158,13 @@ type shard struct {
 	name string
 	mu   sync.Mutex
 	b    breaker // guarded by mu
+	// fleet is the fleet size the local fallback divides limits by, fixed
+	// at the shard's first local answer until a call succeeds again; 0
+	// before. Guarded by mu. A scaled limit's period depends on the share
+	// (see scale), and the local store keeps a bucket per period, so a
+	// fleet count that changed during an outage would give every key a
+	// fresh full local bucket.
+	fleet int
 }
 
 var _ limit.Store = (*Store)(nil)
@@ -359,6 +368,9 @@ func (s *Store) record(sh *shard, probe bool, err error) {
 	now := s.now()
 	sh.mu.Lock()
 	from, to := sh.b.record(now, probe, err)
+	if to == Closed && err == nil {
+		sh.fleet = 0
+	}
 	sh.mu.Unlock()
 	if err != nil {
 		s.metrics.failure(sh.name, isTimeout(err))
@@ -407,9 +419,15 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (Answer, er
 			return a, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w: %w", l.Name, sh.name, ErrUnavailable, cause)
 		}
 	}
+	sh.mu.Lock()
+	if sh.fleet == 0 {
+		sh.fleet = s.fleetSize()
+	}
+	gateways := sh.fleet
+	sh.mu.Unlock()
 	local := *req
 	local.Limits = make([]limit.Limit, len(req.Limits))
-	part := share(s.slack, s.fleetSize())
+	part := share(s.slack, gateways)
 	for i := range req.Limits {
 		local.Limits[i] = scale(req.Limits[i], part)
 	}

@@ -266,6 +266,55 @@ func TestLocalShare(t *testing.T) {
 	}
 }
 
+// TestFallbackFleetIsFixedPerOutage: the fleet count the rules service
+// reports may change during an outage (3, 4, 3, ...); the local fallback
+// keeps the size it started with until the shard answers again, so no
+// change hands every key a fresh local bucket.
+func TestFallbackFleetIsFixedPerOutage(t *testing.T) {
+	clk := limittest.NewClock(start)
+	remote := newFlaky(clk.Now)
+	var n atomic.Int64
+	n.Store(3)
+	s, err := guard.New(remote, guard.Config{Pause: time.Second, Now: clk.Now, Shard: shardOf, Fleet: func() int { return int(n.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote.set("a", "error")
+	req := &limit.Request{Key: "a/alice", Limits: []limit.Limit{{Name: "m", Count: 30, Period: time.Minute}}}
+	allowed := 0
+	for i := range 200 {
+		if i%20 == 0 {
+			n.Store(3 + int64(i/20%2))
+		}
+		if take(t, s, req).Allowed {
+			allowed++
+		}
+	}
+	// The share at 3 gateways: 30 × 2/3 = 20 at once.
+	if allowed != 20 {
+		t.Errorf("fleet count flapping 3, 4 during one outage: %d of 200 allowed locally at one instant, want 20", allowed)
+	}
+
+	// Once the shard answers, the next outage reads the fleet again.
+	remote.set("a", "")
+	clk.Advance(time.Second)
+	if a := take(t, s, req); a.Source != guard.FromRedis {
+		t.Fatalf("after the pause: answer from %s, want %s", a.Source, guard.FromRedis)
+	}
+	n.Store(10)
+	remote.set("a", "error")
+	other := &limit.Request{Key: "a/bob", Limits: req.Limits}
+	allowed = 0
+	for range 50 {
+		if take(t, s, other).Allowed {
+			allowed++
+		}
+	}
+	if allowed != 6 {
+		t.Errorf("a new outage at 10 gateways: %d allowed locally, want 6 (30 × 2/10)", allowed)
+	}
+}
+
 func TestCallerGivesUp(t *testing.T) {
 	clk := limittest.NewClock(start)
 	remote := newFlaky(clk.Now)
