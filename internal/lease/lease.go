@@ -7,11 +7,22 @@
 // the tightest limit (rate / gateways / 10, at least 1, no more than the
 // key's own demand here), spends it from memory, and fetches the next batch
 // in the background once half is gone. Tokens leave the shared store before
-// they are spent, so the fleet can never admit more than the buckets hold;
-// tokens a gateway does not spend within the lease's lifetime (about a
-// second) are dropped, never revived, so the error is only ever under the
-// limit, and a lowered limit bites within a second. Quiet keys, and limits
-// counted in windows, get batches of one: exactly the per-request check.
+// they are spent, so counted from a full bucket the fleet never admits more
+// than burst + rate × elapsed; tokens a gateway does not spend within the
+// lease's lifetime (about a second) are dropped, never revived, and a
+// lowered limit bites within a second. Quiet keys, and limits counted in
+// windows, get batches of one: exactly the per-request check.
+//
+// That bound is cumulative. At one instant the fleet can admit the bucket's
+// burst plus the tokens its gateways still hold in leases, taken before the
+// bucket refilled: each gateway holds fewer than 1.5 batches (a batch is
+// fetched once fewer than half of one are left), so at most burst + 1.5 ×
+// rate × Lookahead across the fleet (150 ms of the rate by default) when
+// Gateways or Fleet is the true fleet size, and more if it is told fewer. Over
+// any interval of length t it is burst + rate × t + the tokens held at its
+// start. A client sees this as a burst above the limit's burst, by up to
+// 15% of a second's rate, once the bucket has refilled while leases were
+// held.
 //
 // When the shared store refuses a request and says when to retry, the key
 // (with that request's limit set) is refused from memory until then. A

@@ -135,6 +135,58 @@ func TestNeverOver(t *testing.T) {
 	}
 }
 
+// TestInstantBound pins what "never over" does not cover: at one instant a
+// fleet can admit the bucket's burst plus the tokens its gateways already
+// hold in leases, taken from the bucket before it refilled. The held
+// tokens are below 1.5 batches per gateway (a refill of one batch is asked
+// for once fewer than half a batch are left), so the bound is burst +
+// 1.5 × rate × lookahead across the fleet. A change that lets gateways hold
+// more fails here.
+func TestInstantBound(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		gateways int
+		rate     int64 // a second; the burst is the same
+	}{
+		{"one gateway", 1, 100},
+		{"three gateways", 3, 3000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := limittest.NewClock(start)
+			f := newFleet(t, tc.gateways, clk.Now)
+			req := &limit.Request{Key: "k:busy", Limits: []limit.Limit{bucket(tc.rate, tc.rate)}}
+			batch := f.stores[0].batch(req)
+			// Demand builds and batches are leased: 60% of the burst.
+			for i := range int(tc.rate * 6 / 10) {
+				f.decide(t, i, req)
+			}
+			// The bucket refills fully within the leases' lifetime.
+			clk.Advance(990 * time.Millisecond)
+			held := int64(0)
+			for i, s := range f.stores {
+				h := s.held(req)
+				if limit := 3 * batch / 2; h > limit {
+					t.Errorf("gateway %d holds %d leased tokens, want at most 1.5 batches of %d: %d", i, h, batch, limit)
+				}
+				held += h
+			}
+			admitted := int64(0)
+			for i := range int(2 * tc.rate) {
+				if f.decide(t, i, req).Allowed {
+					admitted++
+				}
+			}
+			t.Logf("burst %d, %d held in leases: %d admitted at one instant", tc.rate, held, admitted)
+			if bound := tc.rate + held; admitted > bound {
+				t.Errorf("at one instant: %d admitted, want at most %d (burst %d + %d held in leases)", admitted, bound, tc.rate, held)
+			}
+			if admitted < tc.rate {
+				t.Errorf("at one instant: %d admitted, want at least the burst %d", admitted, tc.rate)
+			}
+		})
+	}
+}
+
 // TestCallsPerRequest measures the shared store's calls for a busy key
 // within its limit, with leases and with batches of one.
 func TestCallsPerRequest(t *testing.T) {
