@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -214,7 +215,7 @@ func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 	req := limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
 	d, src, err := l.take(cl, &req, res.Rules, false)
 	if err != nil {
-		return l.storeFailed(cl, &req, res.Rules, src, err)
+		return l.storeFailed(w, cl, &req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
 	setRateHeaders(w.Header(), lim, &d)
@@ -278,9 +279,10 @@ func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow boo
 // storeFailed decides a request the store could not: it passes, unless one
 // of its limits (from rules rs) is a security limit that must fail closed.
 // A fail-closed refusal the store chose itself (SourceFailClosed: the guard
-// while Redis is down) is a decision, logged at info; any other failure is
-// an error.
-func (l *Limiter) storeFailed(cl call, req *limit.Request, rs []*rules.Rule, src Source, err error) error {
+// while Redis is down) is a decision, logged at info, and its d.RetryAfter
+// (when the guard next probes Redis) becomes the 503's Retry-After; any
+// other failure is an error.
+func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request, d *limit.Decision, rs []*rules.Rule, src Source, err error) error {
 	l.metrics.storeError()
 	l.metrics.decision(outcomeError, "", src)
 	for i := range req.Limits {
@@ -294,6 +296,10 @@ func (l *Limiter) storeFailed(cl call, req *limit.Request, rs []*rules.Rule, src
 			e := newError(http.StatusServiceUnavailable,
 				fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
 			e.Problem.Limit = lim.Name
+			if src == SourceFailClosed && d.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+				e.Problem.RetryAfterMillis = max(d.RetryAfter.Milliseconds(), 1)
+			}
 			return e
 		}
 	}

@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/guard"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -144,6 +146,51 @@ func TestFailClosedAnswerSaysItsSource(t *testing.T) {
 	}
 	if l := lines[0]; l["level"] != "INFO" || l["source"] != "fail-closed" || l["limit"] != "login" {
 		t.Errorf("fail-closed line %v, want level INFO, source fail-closed, limit login", l)
+	}
+}
+
+// down is a shared store that always fails, for the guard to guard.
+type down struct{}
+
+func (down) Take(context.Context, *limit.Request) (limit.Decision, error) {
+	return limit.Decision{}, errors.New("connection refused")
+}
+
+func (down) TakeUpTo(context.Context, *limit.Request, int64) (int64, limit.Decision, error) {
+	return 0, limit.Decision{}, errors.New("connection refused")
+}
+
+func TestFailClosedRetryAfter(t *testing.T) {
+	// The guard knows when it next asks the shard (its breaker's pause):
+	// the 503 says so, in whole seconds rounded up.
+	for _, tc := range []struct {
+		pause time.Duration
+		want  string
+	}{
+		{1500 * time.Millisecond, "2"},
+		{30 * time.Second, "30"},
+	} {
+		clk := limittest.NewClock(start)
+		g, err := guard.New(down{}, guard.Config{TripAfter: 1, Pause: tc.pause, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw := newTestGateway(t, testRules, func(c *gateway.Config) { c.Store = g })
+		resp, body := gw.do(t, "POST", "/v1/login", "X-API-Key", "key_pro")
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("pause %v: status %d, want 503", tc.pause, resp.StatusCode)
+		}
+		if got := resp.Header.Get("Retry-After"); got != tc.want {
+			t.Errorf("pause %v: Retry-After %q, want %q", tc.pause, got, tc.want)
+		}
+		if p := decodeProblem(t, resp, body); p.RetryAfterMillis != tc.pause.Milliseconds() {
+			t.Errorf("pause %v: retry_after_ms %d, want %d", tc.pause, p.RetryAfterMillis, tc.pause.Milliseconds())
+		}
+	}
+	// A store that cannot say when to retry gives no Retry-After.
+	gw := newTestGateway(t, testRules, func(c *gateway.Config) { c.Store = failingStore{} })
+	if resp, _ := gw.do(t, "POST", "/v1/login", "X-API-Key", "key_pro"); resp.Header.Get("Retry-After") != "" {
+		t.Errorf("a plain store error: Retry-After %q, want none", resp.Header.Get("Retry-After"))
 	}
 }
 

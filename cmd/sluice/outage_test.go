@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,6 +147,8 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 	}
 	if resp := send("POST", "/v1/login", "charlie"); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("frozen Redis, login: status %d, want 503 (fail_mode closed)", resp.StatusCode)
+	} else if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || n < 1 || n > 60 {
+		t.Errorf("frozen Redis, login: Retry-After %q, want 1 to 60 seconds (until the breaker's probe)", resp.Header.Get("Retry-After"))
 	}
 
 	for _, tt := range []struct {
