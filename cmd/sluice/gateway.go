@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,15 +166,28 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		next = gateway.NewProxy(u, logger)
 	}
-	src, err := newRuleSource(ctx, opts, logger)
+	src, stopRules, err := newRuleSource(ctx, opts, logger)
 	if err != nil {
 		return err
 	}
+	// Last of all, after the requests in flight: their decisions go in the
+	// rules client's last report.
+	defer stopRules()
+	// The API's requests in flight. Shutdown stops accepting, waits for
+	// them, and only then closes the leases, the guard and Redis; requests
+	// that outlive even that keep the store open, since the process is
+	// about to exit anyway.
+	var handlers inflight
+	storeInUse := false
 	store, closeStore, err := newStore(ctx, opts, logger)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer func() {
+		if !storeInUse {
+			closeStore()
+		}
+	}()
 
 	reg := prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
@@ -185,7 +199,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer closeGuard()
+	defer func() {
+		if !storeInUse {
+			closeGuard()
+		}
+	}()
 	onDecision, err := ruleSourceHooks(src, reg)
 	if err != nil {
 		return err
@@ -199,7 +217,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	health := gateway.Health(src)
 	limited := lim.Middleware(next)
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	api := handlers.track(func(w http.ResponseWriter, r *http.Request) {
 		// Not a ServeMux: it would redirect unclean paths the upstream
 		// should see as they are.
 		if r.URL.Path == "/healthz" {
@@ -261,10 +279,69 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	servers = nil // Serve has closed the listeners.
+	// Past the shutdown timeout Serve closed the connections, which
+	// cancels their requests; give those a moment to notice.
+	if n := handlers.wait(handlersGiveUp); n > 0 {
+		storeInUse = true
+		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "requests still running after shutdown; leaving the store open for them",
+			slog.Int("requests", n))
+	}
 	if first == nil {
 		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "gateway stopped")
 	}
 	return first
+}
+
+// handlersGiveUp is how long shutdown waits for requests still running
+// once the shutdown timeout has passed and their connections are closed.
+const handlersGiveUp = 5 * time.Second
+
+// inflight counts the requests its handlers are serving, so that shutdown
+// can wait for them before it closes what they use. The zero value is
+// ready; it is safe for concurrent use.
+type inflight struct {
+	mu   sync.Mutex
+	n    int           // requests in flight; guarded by mu
+	idle chan struct{} // closed when n drops to 0; guarded by mu
+}
+
+// track returns h counted in f.
+func (f *inflight) track(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		if f.n == 0 {
+			f.idle = make(chan struct{})
+		}
+		f.n++
+		f.mu.Unlock()
+		defer func() {
+			f.mu.Lock()
+			if f.n--; f.n == 0 {
+				close(f.idle)
+			}
+			f.mu.Unlock()
+		}()
+		h(w, r)
+	})
+}
+
+// wait waits up to d for no request to be in flight, and returns how many
+// still are.
+func (f *inflight) wait(d time.Duration) int {
+	f.mu.Lock()
+	idle := f.idle
+	f.mu.Unlock()
+	if idle != nil {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
 }
 
 // The outermost stores newGuardedStore returns say where each answer came

@@ -29,35 +29,44 @@ const (
 const rulesStartTimeout = 10 * time.Second
 
 // newRuleSource returns where the gateway's rules come from: the rules
-// file, the rules service, or the built-in demo rules. An invalid rules
+// file, the rules service, or the built-in demo rules, and a function that
+// stops following the service (a no-op for the others). An invalid rules
 // file is an error naming the file, the rule and the field.
-func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (gateway.RuleSource, error) {
+func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (gateway.RuleSource, func(), error) {
 	switch {
 	case opts.RulesURL != "":
-		return newServiceRules(ctx, opts, logger)
+		c, stop, err := newServiceRules(ctx, opts, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, stop, nil
 	case opts.RulesCache != "":
-		return nil, errors.New("--rules-cache needs --rules-url")
+		return nil, nil, errors.New("--rules-cache needs --rules-url")
 	case opts.Rules != "":
 		set, err := rules.LoadFile(opts.Rules)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		logger.LogAttrs(ctx, slog.LevelInfo, "rules loaded", slog.String("file", opts.Rules), slog.String("hash", set.Hash))
-		return gateway.StaticRules(set), nil
+		return gateway.StaticRules(set), func() {}, nil
 	}
 	set, err := rules.Parse(defaultRulesName, defaultRules)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	logger.LogAttrs(ctx, slog.LevelInfo, "using the built-in demo rules; pass --rules FILE for your own", slog.String("hash", set.Hash))
-	return gateway.StaticRules(set), nil
+	return gateway.StaticRules(set), func() {}, nil
 }
 
-// newServiceRules follows the rules service at opts.RulesURL until ctx is
-// done. It starts from the cache file when there is one, so a gateway
-// restarted while the service is down still enforces the last rules it
-// had; without one it waits up to rulesStartTimeout for the service.
-func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (*rulesync.Client, error) {
+// newServiceRules follows the rules service at opts.RulesURL until the
+// returned stop function is called, which also sends the last report and
+// waits for the client to end. It starts from the cache file when there is
+// one, so a gateway restarted while the service is down still enforces the
+// last rules it had; without one it waits up to rulesStartTimeout for the
+// service, or until ctx is done. The client outlives ctx on purpose: a
+// gateway shutting down keeps following the service while its requests in
+// flight finish, and stops it after them, so their counts are reported.
+func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (*rulesync.Client, func(), error) {
 	id := cmp.Or(opts.GatewayID, os.Getenv(envGatewayID))
 	if id == "" {
 		host, err := os.Hostname()
@@ -71,32 +80,33 @@ func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logg
 		CacheFile: opts.RulesCache, Logger: logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("--rules-url: %w", err)
+		return nil, nil, fmt.Errorf("--rules-url: %w", err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		c.Run(runCtx)
 	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
 	timer := time.NewTimer(rulesStartTimeout)
 	defer timer.Stop()
 	select {
 	case <-c.Ready():
-		// The client runs as long as the gateway: until ctx is done.
-		context.AfterFunc(ctx, stop)
 		logger.LogAttrs(ctx, slog.LevelInfo, "following the rules service", slog.String("url", opts.RulesURL),
 			slog.String("gateway", id), slog.Int64("version", c.Current().Version))
-		return c, nil
+		return c, stop, nil
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	stop()
-	<-done
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	return nil, fmt.Errorf("--rules-url %s: no snapshot within %v and no cached one (--rules-cache): is the rules service up?",
+	return nil, nil, fmt.Errorf("--rules-url %s: no snapshot within %v and no cached one (--rules-cache): is the rules service up?",
 		opts.RulesURL, rulesStartTimeout)
 }
 

@@ -174,7 +174,9 @@ func (c *Client) Age() time.Duration {
 }
 
 // Run follows the service until ctx ends, and then returns nil: it polls
-// for snapshots, swaps each new one in, and sends reports.
+// for snapshots, swaps each new one in, and sends reports. When ctx ends it
+// sends what was counted since the last report, waiting at most 2 seconds
+// for the service, before it returns.
 func (c *Client) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { c.reportLoop(ctx) })

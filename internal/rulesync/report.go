@@ -164,12 +164,18 @@ func (c *Client) putBack(vrs []VersionReport) {
 	}
 }
 
+// flushTimeout bounds the last report, sent when Run's context ends, so a
+// gateway shutting down neither loses its last interval's counts nor waits
+// long on a service that is down.
+const flushTimeout = 2 * time.Second
+
 func (c *Client) reportLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ReportInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			c.flush(context.WithoutCancel(ctx))
 			return
 		case <-t.C:
 		}
@@ -184,6 +190,20 @@ func (c *Client) reportLoop(ctx context.Context) {
 			c.log.Warn("rules service report failed; keeping the counts for the next one", "err", err)
 			c.putBack(vrs)
 		}
+	}
+}
+
+// flush sends what was counted since the last report, once, within
+// flushTimeout.
+func (c *Client) flush(ctx context.Context) {
+	vrs := c.counts.take()
+	if len(vrs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	if err := c.report(ctx, vrs); err != nil {
+		c.log.Warn("last rules service report failed; its counts are lost", "err", err)
 	}
 }
 

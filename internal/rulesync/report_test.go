@@ -195,3 +195,26 @@ func TestObserveCountsTheVersionThatResolvedTheRequest(t *testing.T) {
 			got.requests[5], got.requests[6])
 	}
 }
+
+func TestLastReportOnStop(t *testing.T) {
+	// Counts of the last interval reach the service when Run stops, before
+	// it returns: a gateway shutting down does not lose them.
+	f, srv := newFake(t, 5, docWithDefault(10))
+	c := newClient(t, srv.URL, rulesync.Config{ReportInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	<-c.Ready()
+	for i := range 7 {
+		c.Record(5, i < 2)
+	}
+	cancel()
+	<-done
+	got := f.totals()
+	if got.requests[5] != 7 || got.refused[5] != 2 {
+		t.Errorf("reported when Run stopped: %d requests, %d refused; want 7 and 2", got.requests[5], got.refused[5])
+	}
+}
