@@ -54,9 +54,27 @@ func NewProxy(upstream *url.URL, logger *slog.Logger) *httputil.ReverseProxy {
 	}
 }
 
+// Timeouts of the servers NewServer returns.
+const (
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, headers and body,
+	// unless the server's ReadTimeout is changed: long enough for an upload
+	// of tens of megabytes on a slow link.
+	DefaultReadTimeout = time.Minute
+	// IdleTimeout closes a keep-alive connection with no request.
+	IdleTimeout = 2 * time.Minute
+)
+
 // NewServer returns an http.Server for h with limits fit for the public
-// side of a gateway: headers capped at MaxHeaderBytes, and timeouts so a
-// slow client cannot hold a connection forever. logger may be nil.
+// side of a gateway: headers capped at MaxHeaderBytes and read within
+// ReadHeaderTimeout, the whole request with its body read within
+// DefaultReadTimeout (change the returned server's ReadTimeout for another
+// bound, or 0 for none), and idle connections closed after IdleTimeout, so
+// a client that sends slowly or not at all cannot hold a connection
+// forever. Writing the response is not bounded, since a proxied download
+// may rightly take long: a client that stops reading holds its connection
+// until TCP gives up on it. logger may be nil.
 func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -64,8 +82,9 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		MaxHeaderBytes:    MaxHeaderBytes,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		IdleTimeout:       IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }

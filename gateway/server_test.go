@@ -89,6 +89,37 @@ func TestProxyUpstreamDown(t *testing.T) {
 	}
 }
 
+func TestSlowBodyTimesOut(t *testing.T) {
+	// A client that sends its headers and then trickles, or stalls, its
+	// body loses the connection at the server's ReadTimeout.
+	bodyErr := make(chan error, 1)
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = gateway.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		bodyErr <- err
+	}), nil)
+	if srv.Config.ReadTimeout != gateway.DefaultReadTimeout {
+		t.Errorf("ReadTimeout %v, want DefaultReadTimeout %v", srv.Config.ReadTimeout, gateway.DefaultReadTimeout)
+	}
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nstart of the body")
+	select {
+	case err := <-bodyErr:
+		if err == nil {
+			t.Error("reading a stalled body: got no error, want a timeout")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stalled body was still being read 5s after a 200ms ReadTimeout")
+	}
+}
+
 func TestServeFinishesRequestsInFlight(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})

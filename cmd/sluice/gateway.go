@@ -45,6 +45,7 @@ type gatewayOptions struct {
 	TrustedProxies  []netip.Prefix
 	UnknownKeys     bool // --unknown-keys-as-address
 	StoreTimeout    time.Duration
+	ReadTimeout     time.Duration // of a whole request, body included
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
 	Guard           guardOptions
@@ -64,7 +65,7 @@ type guardOptions struct {
 // parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
 // flag set has printed them.
 func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) {
-	opts := gatewayOptions{Listen: defaultListen, ShutdownTimeout: defaultShutdownTimeout}
+	opts := gatewayOptions{Listen: defaultListen, ReadTimeout: gateway.DefaultReadTimeout, ShutdownTimeout: defaultShutdownTimeout}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -115,6 +116,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	})
 	fs.BoolVar(&opts.UnknownKeys, "unknown-keys-as-address", false, "limit a request whose API key is not in the rules' key directory by its client address, as if it had no key; for directories that list every valid key")
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); with --redis it must exceed --redis-timeout; 0 for none")
+	fs.DurationVar(&opts.ReadTimeout, "read-timeout", opts.ReadTimeout, "how long a client may take to send a whole request, body included; 0 for no bound")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	fs.IntVar(&opts.Guard.Gateways, "gateways", 0, "`number` of gateways in the fleet, for leases and the local fallback, until the rules service reports it; 0 means 1")
@@ -241,7 +243,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	servers = append(servers, server{gateway.NewServer(api, logger), ln})
+	apiServer := gateway.NewServer(api, logger)
+	apiServer.ReadTimeout = opts.ReadTimeout
+	servers = append(servers, server{apiServer, ln})
 	if opts.MetricsListen != "" {
 		mln, err := net.Listen("tcp", opts.MetricsListen)
 		if err != nil {

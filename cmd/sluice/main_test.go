@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/proctest"
 )
@@ -98,7 +99,7 @@ func TestGatewayFlagDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := gatewayOptions{Listen: "127.0.0.1:8080", ShutdownTimeout: defaultShutdownTimeout}
+	want := gatewayOptions{Listen: "127.0.0.1:8080", ReadTimeout: time.Minute, ShutdownTimeout: defaultShutdownTimeout}
 	if fmt.Sprint(opts) != fmt.Sprint(want) {
 		t.Errorf("defaults %+v, want %+v", opts, want)
 	}
