@@ -2,6 +2,7 @@ package limit
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -15,7 +16,10 @@ import (
 //	token_bucket    A = credits (tokens × period), B = time of the last take
 //	gcra            A = theoretical arrival time, in units of 1/u ms where
 //	                u = Count / gcd(Count, period): the time at which the
-//	                bucket would be full again, so A ≤ now·u means full
+//	                bucket would be full again, so A ≤ now·u means full;
+//	                B = the Count A was counted at (0: the current one),
+//	                C = the debt the take that wrote A left, in those
+//	                units, so that the take was at (A - C) / u
 //	sliding_window  A = start of the current window, B = tokens taken in it,
 //	                C = tokens taken in the window before it
 //	fixed_window    A = start of the current window, B = tokens taken in it
@@ -50,8 +54,11 @@ type Outcome struct {
 	ResetAfter int64
 	// Next is the state to store if the whole request is allowed.
 	Next State
-	// TTL is how many milliseconds Next must be kept; after that, dropping it
-	// changes no answer. It is at least 1.
+	// TTL is how many milliseconds, from the now Evaluate was given, Next
+	// must be kept; after that, dropping it changes no answer for the same
+	// limit. It is at least 1. A limit changed since (a higher burst, a
+	// lower rate) may still find the state useful after its TTL: see
+	// [Limit].
 	TTL int64
 }
 
@@ -160,15 +167,25 @@ func Decide(outs []Outcome) Decision {
 	o := &outs[best]
 	d.Index = best
 	d.Remaining = o.Remaining
-	d.ResetAfter = time.Duration(o.ResetAfter) * time.Millisecond
+	d.ResetAfter = millis(o.ResetAfter)
 	switch {
 	case d.Allowed:
 	case o.RetryAfter < 0:
 		d.RetryAfter = Never
 	default:
-		d.RetryAfter = time.Duration(o.RetryAfter) * time.Millisecond
+		d.RetryAfter = millis(o.RetryAfter)
 	}
 	return d
+}
+
+// millis converts ms ≥ 0 to a Duration. Validate keeps every wait within
+// MaxWait; outcomes of limits it would refuse saturate rather than wrap
+// round to a negative Duration that a caller could take for Never.
+func millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // waitsLonger reports whether retry a (ms, -1 for never) is a longer wait than b.

@@ -35,14 +35,37 @@ var Algorithms = []Algorithm{TokenBucket, GCRA, SlidingWindow, FixedWindow, Slid
 // is larger than a limit's burst.
 const Never time.Duration = -1
 
-// maxExact is the largest integer a float64 (and so a Redis Lua number)
-// holds exactly. Every product an algorithm forms must stay below it so that
-// the in-process store and the Redis script compute identical answers.
+// maxExact is 2^53: a float64 (and so a Redis Lua number) holds every
+// integer up to it exactly. Validate keeps every product an algorithm
+// stores, subtracts or divides below it: burst × period and rate × period
+// (the capacities in credits), and GCRA's timestamps until 2109. Sums of two
+// such values can pass it, so the algorithms only compare those with a
+// value below 2^53, which rounding cannot flip, and the Redis script
+// rounds quotients up without forming a + b - 1. Then the in-process store
+// and the Redis script compute identical answers.
 const maxExact = 1 << 53
+
+// MaxWait is the longest RetryAfter or ResetAfter a valid limit can answer
+// with: 732 days, two leap years, which is what a sliding window over the
+// longest period the rules accept (366 days) may ask a client to wait.
+// Validate refuses limits that could ask for more (a bucket that takes
+// longer than this to refill), so a wait always fits a time.Duration and
+// means something to a client.
+const MaxWait = 2 * 366 * 24 * time.Hour
 
 // Limit is one rate limit of a key, for example "100 a second, bursts of
 // 200". A Limit is a value: copy it freely. The zero value is invalid; see
 // [Limit.Validate].
+//
+// A key's state for a limit is found by [Limit.BucketID], which holds the
+// name, algorithm and period but not the rate or the burst, so a rule change
+// of either keeps the key's state and reads it under the new values. Stores
+// keep a state only as long as the limit that wrote it needs it: until the
+// bucket would be full again, or the window is over. So raising a limit's
+// burst (or lowering its rate) can give a key its new full burst up to one
+// old refill time early: a drained key whose state expires starts full under
+// the new limit, where a moment before it had refilled only what the old
+// limit gave back.
 type Limit struct {
 	// Name identifies the limit among a key's limits ("s", "m", "login").
 	// Two rules that name the same limit share its bucket.
@@ -121,11 +144,24 @@ func (l *Limit) Validate() error {
 	if !l.Alg().Known() || !implemented(l.Alg()) {
 		return fmt.Errorf("limit %q: unknown algorithm %q (want one of %v)", l.Name, l.Algorithm, Algorithms)
 	}
-	if b := l.EffectiveBurst(); b > math.MaxInt64/l.PeriodMillis() || b*l.PeriodMillis() >= maxExact {
-		return fmt.Errorf("limit %q: burst %d times period %dms is too large to count exactly", l.Name, b, l.PeriodMillis())
+	p := l.PeriodMillis()
+	if b := l.EffectiveBurst(); b > math.MaxInt64/p || b*p >= maxExact {
+		return fmt.Errorf("limit %q: burst %d times period %dms is too large to count exactly (it must be below 2^53)", l.Name, b, p)
 	}
-	if l.Count > math.MaxInt64/l.PeriodMillis() || l.Count*l.PeriodMillis() >= maxExact {
-		return fmt.Errorf("limit %q: rate %d times period %dms is too large to count exactly", l.Name, l.Count, l.PeriodMillis())
+	if l.Count > math.MaxInt64/p || l.Count*p >= maxExact {
+		return fmt.Errorf("limit %q: rate %d times period %dms is too large to count exactly (it must be below 2^53)", l.Name, l.Count, p)
+	}
+	// The longest wait: a window algorithm's ends within two periods (the
+	// sliding window may wait out this window and the next one's overlap);
+	// a bucket's is the time to refill it from empty.
+	maxWait := MaxWait.Milliseconds()
+	if l.Alg().windowed() {
+		if p > maxWait/2 {
+			return fmt.Errorf("limit %q: %s over %v can ask a client to wait two periods, longer than %v", l.Name, l.Alg(), l.Period, MaxWait)
+		}
+	} else if w := ceilDiv(l.EffectiveBurst()*p, l.Count); w > maxWait {
+		return fmt.Errorf("limit %q: burst %d at %d per %v takes %v to refill, longer than %v",
+			l.Name, l.EffectiveBurst(), l.Count, l.Period, time.Duration(w)*time.Millisecond, MaxWait)
 	}
 	switch l.Alg() {
 	case GCRA:

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,18 @@ func TestValidateAlgorithms(t *testing.T) {
 		{"sliding log above its cap", Limit{Name: "d", Count: MaxLogCount + 1, Period: 24 * time.Hour, Algorithm: SlidingLog}, "more than 10000 entries"},
 		{"a window ignores a burst too large to count", Limit{Name: "s", Count: 10, Period: time.Hour, Burst: 1 << 50, Algorithm: FixedWindow}, ""},
 		{"a bucket does not", Limit{Name: "s", Count: 10, Period: time.Hour, Burst: 1 << 50}, "burst 1125899906842624 times period"},
+		{"burst × period just below 2^53", Limit{Name: "s", Count: 1<<52 - 1, Period: time.Millisecond, Burst: 1<<53 - 1}, ""},
+		{"burst × period at 2^53", Limit{Name: "s", Count: 1 << 52, Period: time.Millisecond, Burst: 1 << 53}, "must be below 2^53"},
+		// The longest wait must fit MaxWait, and so a time.Duration.
+		{"sliding window over the rules' longest period", Limit{Name: "y", Count: 1, Period: 366 * 24 * time.Hour, Algorithm: SlidingWindow}, ""},
+		{"sliding window waits two periods", Limit{Name: "y", Count: 1, Period: 367 * 24 * time.Hour, Algorithm: SlidingWindow}, "longer than 17568h"},
+		{"sliding window over 200 years", Limit{Name: "y", Count: 1, Period: 200 * 365 * 24 * time.Hour, Algorithm: SlidingWindow}, "wait two periods"},
+		{"fixed window over 200 years", Limit{Name: "y", Count: 1, Period: 200 * 365 * 24 * time.Hour, Algorithm: FixedWindow}, "wait two periods"},
+		{"sliding log over 200 years", Limit{Name: "y", Count: 1, Period: 200 * 365 * 24 * time.Hour, Algorithm: SlidingLog}, "wait two periods"},
+		{"bucket refilling in MaxWait", Limit{Name: "d", Count: 1, Period: 24 * time.Hour, Burst: 732}, ""},
+		{"bucket refilling in more", Limit{Name: "d", Count: 1, Period: 24 * time.Hour, Burst: 733}, "takes 17592h0m0s to refill"},
+		{"token bucket 1/ms with burst 1e13", Limit{Name: "s", Count: 1, Period: time.Millisecond, Burst: 1e13}, "to refill"},
+		{"gcra 1/ms with burst 1e13", Limit{Name: "s", Count: 1, Period: time.Millisecond, Burst: 1e13, Algorithm: GCRA}, "to refill"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,6 +81,29 @@ func TestLimitString(t *testing.T) {
 	for _, tt := range tests {
 		if got := tt.limit.String(); got != tt.want {
 			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// TestDecideSaturates feeds Decide waits too long for a time.Duration, as
+// only a limit Validate refuses could produce: they saturate, never wrapping
+// round to a negative Duration that reads as Never or as no wait.
+func TestDecideSaturates(t *testing.T) {
+	const huge = 300 * 365 * 24 * 3600 * 1000 // 300 years in ms, past time.Duration's 292
+	tests := []struct {
+		out                  Outcome
+		wantRetry, wantReset time.Duration
+	}{
+		{Outcome{RetryAfter: huge, ResetAfter: huge}, math.MaxInt64, math.MaxInt64},
+		{Outcome{RetryAfter: math.MaxInt64, ResetAfter: 5}, math.MaxInt64, 5 * time.Millisecond},
+		{Outcome{RetryAfter: -1, ResetAfter: huge}, Never, math.MaxInt64},
+		{Outcome{RetryAfter: MaxWait.Milliseconds(), ResetAfter: MaxWait.Milliseconds()}, MaxWait, MaxWait},
+	}
+	for _, tt := range tests {
+		d := Decide([]Outcome{tt.out})
+		if d.RetryAfter != tt.wantRetry || d.ResetAfter != tt.wantReset {
+			t.Errorf("Decide(retry %dms, reset %dms): got retry %v reset %v, want %v %v",
+				tt.out.RetryAfter, tt.out.ResetAfter, d.RetryAfter, d.ResetAfter, tt.wantRetry, tt.wantReset)
 		}
 	}
 }

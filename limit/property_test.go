@@ -252,3 +252,127 @@ func FuzzEvaluate(f *testing.F) {
 		}
 	})
 }
+
+// TestGCRAFollowsTokenBucketAcrossRateChanges changes the rate of one limit
+// (same name, period and burst, so the same bucket) now and then in the
+// middle of random sequences, up and down, as a rule change or two rules
+// naming the same limit at different rates do. GCRA's state counts time in
+// units that depend on the rate; converted, it must answer as the token
+// bucket after the same change: never allowing what the token bucket
+// refuses, never holding more tokens nor retrying sooner. Each conversion
+// rounds the debt up to the new units (gcd(count, period) credits, less
+// than a token), and the rounding stays until the bucket is full again, so
+// GCRA may hold up to one token fewer per change since it was last full,
+// and holds exactly as many when it has not changed rate since.
+// Both are driven in lockstep: a take is stored only when both allowed it.
+func TestGCRAFollowsTokenBucketAcrossRateChanges(t *testing.T) {
+	tests := []struct {
+		period time.Duration
+		counts []int64
+		burst  int64
+	}{
+		{time.Second, []int64{3, 1}, 3},
+		{time.Second, []int64{10, 100, 7, 1000, 4}, 20},
+		{time.Second, []int64{999, 1, 500, 2047}, 40},
+		{250 * time.Millisecond, []int64{3, 5, 250, 1}, 8},
+		{time.Minute, []int64{1000, 60, 7, 6000}, 50},
+		{17 * time.Millisecond, []int64{13, 1, 34}, 5},
+	}
+	for i, tt := range tests {
+		rng := rand.New(rand.NewPCG(uint64(i), 2026))
+		tb := Limit{Name: "s", Count: tt.counts[0], Period: tt.period, Burst: tt.burst}
+		gc := tb
+		gc.Algorithm = GCRA
+		var tbState, gcState State
+		now := int64(t0)
+		changes, sinceFull := 0, 0
+		for step := range 3000 {
+			if rng.IntN(25) == 0 {
+				if c := tt.counts[rng.IntN(len(tt.counts))]; c != tb.Count {
+					tb.Count, gc.Count = c, c
+					changes++
+					sinceFull++
+				}
+			}
+			dt, cost := randomStep(rng, max(tb.PeriodMillis()/tb.Count, 4))
+			now += dt
+			a, b := Evaluate(&tb, &tbState, now, cost), Evaluate(&gc, &gcState, now, cost)
+			// Remaining counts after the take when allowed, before it when
+			// refused: compare what each held before.
+			held := func(o Outcome) int64 {
+				if o.Allowed {
+					return o.Remaining + cost
+				}
+				return o.Remaining
+			}
+			switch {
+			case b.Allowed && !a.Allowed:
+				t.Fatalf("%v step %d (at +%dms, cost %d): gcra allowed what the token bucket refused: %+v, %+v", gc, step, now-t0, cost, a, b)
+			case held(b) > held(a) || held(b) < held(a)-int64(sinceFull):
+				t.Fatalf("%v step %d (at +%dms, cost %d): gcra held %d tokens, the token bucket %d, %d rate changes since it was full: "+
+					"want at most one fewer a change, never more", gc, step, now-t0, cost, held(b), held(a), sinceFull)
+			case !a.Allowed && !b.Allowed && b.RetryAfter >= 0 && b.RetryAfter < a.RetryAfter:
+				t.Fatalf("%v step %d (at +%dms, cost %d): retry %d, sooner than the token bucket's %d", gc, step, now-t0, cost, b.RetryAfter, a.RetryAfter)
+			}
+			if perMs, perToken := gcraUnits(&gc); gcraDebt(&gc, &gcState, now, perMs, perToken) == 0 {
+				sinceFull = 0 // a full bucket has nothing left to round
+			}
+			if a.Allowed && b.Allowed {
+				tbState, gcState = a.Next, b.Next
+			}
+		}
+		if changes < 50 {
+			t.Errorf("%v: %d rate changes in 3000 steps; the generator is broken", gc, changes)
+		}
+	}
+}
+
+// TestTTLAfterClockStepsBack checks Outcome.TTL when the clock steps back,
+// for every algorithm: the TTL counts from the caller's now, so at that time
+// and after it, the state reads as no state at all, though the window
+// algorithms stamp their state with the newer time they stand still at.
+func TestTTLAfterClockStepsBack(t *testing.T) {
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		l := randomLimit(rng, "s", Algorithms[int(seed)%len(Algorithms)])
+		p := l.PeriodMillis()
+		var st State
+		now := int64(t0)
+		for step := range 400 {
+			dt, cost := randomStep(rng, p)
+			if rng.IntN(8) == 0 {
+				dt = -rng.Int64N(2*p + 2)
+			}
+			now += dt
+			o := Evaluate(&l, &st, now, cost)
+			if !o.Allowed {
+				continue
+			}
+			if o.TTL < 1 {
+				t.Fatalf("%v step %d: TTL %d, want at least 1", l, step, o.TTL)
+			}
+			for _, later := range []int64{o.TTL, o.TTL + 1 + rng.Int64N(3*p)} {
+				kept, fresh := Evaluate(&l, &o.Next, now+later, 1), Evaluate(&l, &State{}, now+later, 1)
+				kept.Next, fresh.Next = State{}, State{}
+				if kept.Allowed != fresh.Allowed || kept.Remaining != fresh.Remaining || kept.RetryAfter != fresh.RetryAfter ||
+					kept.ResetAfter != fresh.ResetAfter {
+					t.Fatalf("%v step %d (at +%dms, cost %d): TTL %d, but %dms on the state reads %+v, not as empty %+v",
+						l, step, now-t0, cost, o.TTL, later, kept, fresh)
+				}
+			}
+			st = o.Next
+		}
+	}
+}
+
+// TestGCRAStateWithoutRate reads a GCRA state that does not say which rate
+// its time was counted at (B = 0, as Redis values written before the rate
+// was stored): it is read in the current rate's units.
+func TestGCRAStateWithoutRate(t *testing.T) {
+	l := Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20, Algorithm: GCRA}
+	// 10 a second is one unit a ms, 100 units a token: 5 tokens of debt.
+	st := State{Exists: true, A: t0 + 500}
+	if o := Evaluate(&l, &st, t0, 1); !o.Allowed || o.Remaining != 14 || o.ResetAfter != 600 {
+		t.Errorf("5 tokens owed of 20, take 1: got allowed %v remaining %d reset %d, want allowed, 14, 600ms", o.Allowed, o.Remaining, o.ResetAfter)
+	}
+}

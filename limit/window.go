@@ -12,6 +12,7 @@ func windowStart(now, period int64) int64 { return floorDiv(now, period) * perio
 // the end of one window and Count again at the start of the next.
 func fixedWindow(l *Limit, s *State, now, cost int64) Outcome {
 	p := l.PeriodMillis()
+	caller := now
 	if s.Exists && s.A > now {
 		now = s.A
 	}
@@ -29,8 +30,11 @@ func fixedWindow(l *Limit, s *State, now, cost int64) Outcome {
 		// The next window starts empty and cost fits in it.
 		return Outcome{Remaining: remaining, RetryAfter: reset, ResetAfter: reset, Next: *s, TTL: 1}
 	}
+	// The TTL counts from the caller's time, which may be before the window
+	// a stepped-back clock stands still in: the state matters until that
+	// window ends.
 	return Outcome{Allowed: true, Remaining: remaining - cost, ResetAfter: reset,
-		Next: State{Exists: true, A: ws, B: used + cost}, TTL: reset}
+		Next: State{Exists: true, A: ws, B: used + cost}, TTL: ws + p - caller}
 }
 
 // slidingWindow estimates the tokens taken in the last period as the current
@@ -39,6 +43,7 @@ func fixedWindow(l *Limit, s *State, now, cost int64) Outcome {
 // below what an even spread of the previous window would give.
 func slidingWindow(l *Limit, s *State, now, cost int64) Outcome {
 	p, c := l.PeriodMillis(), l.Count
+	caller := now
 	if s.Exists && s.A > now {
 		now = s.A
 	}
@@ -74,9 +79,9 @@ func slidingWindow(l *Limit, s *State, now, cost int64) Outcome {
 		return Outcome{Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Next: *s, TTL: 1}
 	}
 	// The current count weighs on the next window too, so it is kept until
-	// that one ends.
+	// that one ends, counted from the caller's time (see fixedWindow).
 	return Outcome{Allowed: true, Remaining: remaining - cost, ResetAfter: reset,
-		Next: State{Exists: true, A: ws, B: cur + cost, C: prev}, TTL: reset + p}
+		Next: State{Exists: true, A: ws, B: cur + cost, C: prev}, TTL: ws + 2*p - caller}
 }
 
 // slidingLog keeps one entry per admitted token and counts those younger
@@ -89,6 +94,7 @@ func slidingLog(l *Limit, s *State, now, cost int64) Outcome {
 	if s.Exists {
 		log = s.Log
 	}
+	caller := now
 	if n := len(log); n > 0 && log[n-1] > now {
 		now = log[n-1]
 	}
@@ -115,6 +121,8 @@ func slidingLog(l *Limit, s *State, now, cost int64) Outcome {
 	for range cost {
 		next = append(next, now)
 	}
+	// The newest entries, stamped now, live until now+p; the TTL counts from
+	// the caller's time, which a stepped-back clock puts before now.
 	return Outcome{Allowed: true, Remaining: remaining - cost, ResetAfter: next[0] + p - now,
-		Next: State{Exists: true, Log: next}, TTL: p}
+		Next: State{Exists: true, Log: next}, TTL: now + p - caller}
 }

@@ -23,6 +23,9 @@ var edgeLimits = []limit.Limit{
 	{Count: 2_000_000_000, Period: time.Hour, Burst: 2_400_000_000},           // burst × period near 2^53
 	{Count: 1_000_000, Period: 24 * time.Hour, Algorithm: limit.FixedWindow},
 	{Count: limit.MaxLogCount, Period: time.Second, Algorithm: limit.SlidingLog},
+	{Count: 1<<52 - 1, Period: time.Millisecond, Burst: 1<<53 - 1},               // a quotient's a + b - 1 above 2^53
+	{Count: 1<<53 - 1, Period: time.Millisecond, Algorithm: limit.SlidingWindow}, // two windows' counts above 2^53
+	{Count: 1, Period: 366 * 24 * time.Hour, Algorithm: limit.SlidingWindow},     // the longest wait, limit.MaxWait
 }
 
 // randomLimit returns a small limit of algorithm alg, or now and then one of
@@ -54,23 +57,37 @@ func randomLimit(rng *rand.Rand, name string, alg limit.Algorithm) limit.Limit {
 // does by its own clock in production, and a clock stepping back to before
 // that expiry then finds nothing, where the Model and Redis under a test
 // clock (which keeps states ten minutes longer) still find the state.
+//
+// Further runs change the rate (and with it a default burst) of a limit now
+// and then, up and down, keeping its name, algorithm and period, so that
+// GCRA converts a state counted in other units. They too compare with the
+// Model only: a store keeps a state as long as the limit that wrote it
+// needs it, and a lower rate or a higher burst may need it longer (see
+// limit.Limit).
 func TestAlgorithmsMatchMemstore(t *testing.T) {
 	type run struct {
 		name   string
 		seed   uint64
 		mixed  bool
 		back   bool // the clock sometimes steps back
+		rates  bool // the rates sometimes change
 		first  limit.Algorithm
 		length int
 	}
 	var runs []run
 	for i, alg := range limit.Algorithms {
 		for s := range uint64(2) {
-			runs = append(runs, run{fmt.Sprintf("%s/seed%d", alg, s), uint64(i)*10 + s, false, s == 1, alg, 300})
+			runs = append(runs, run{fmt.Sprintf("%s/seed%d", alg, s), uint64(i)*10 + s, false, s == 1, false, alg, 300})
 		}
 	}
 	for s := range uint64(6) {
-		runs = append(runs, run{fmt.Sprintf("mixed/seed%d", s), 100 + s, true, s%2 == 1, limit.Algorithms[s%5], 300})
+		runs = append(runs, run{fmt.Sprintf("mixed/seed%d", s), 100 + s, true, s%2 == 1, false, limit.Algorithms[s%5], 300})
+	}
+	for s := range uint64(4) {
+		runs = append(runs, run{fmt.Sprintf("gcra/rates/seed%d", s), 200 + s, false, s == 1, true, limit.GCRA, 400})
+	}
+	for s := range uint64(4) {
+		runs = append(runs, run{fmt.Sprintf("mixed/rates/seed%d", s), 300 + s, true, s == 1, true, limit.Algorithms[s%5], 300})
 	}
 	for _, tg := range targets {
 		for _, r := range runs {
@@ -88,6 +105,14 @@ func TestAlgorithmsMatchMemstore(t *testing.T) {
 				model := limittest.NewModel()
 				key := uniqueKey(t)
 				for step := range r.length {
+					if r.rates && rng.IntN(15) == 0 {
+						i := rng.IntN(len(limits))
+						l := limits[i]
+						l.Count = 1 + rng.Int64N(2*l.Count+3)
+						if l.Validate() == nil {
+							limits[i] = l
+						}
+					}
 					switch x := rng.IntN(100); {
 					case x < 2 && r.back:
 						clk.Advance(-time.Duration(1+rng.IntN(50)) * time.Millisecond)
@@ -109,7 +134,7 @@ func TestAlgorithmsMatchMemstore(t *testing.T) {
 						t.Fatalf("step %d (at %s, cost %d, %v): redis %+v, limit.Evaluate %+v",
 							step, clk.Now().Format("15:04:05.000"), cost, req.Limits, got, want)
 					}
-					if m := mem.TakeAt(now, req); !r.back && m != got {
+					if m := mem.TakeAt(now, req); !r.back && !r.rates && m != got {
 						t.Fatalf("step %d (at %s, cost %d, %v): redis %+v, memstore %+v",
 							step, clk.Now().Format("15:04:05.000"), cost, req.Limits, got, m)
 					}
@@ -166,5 +191,32 @@ func TestSlidingLogBoundedInRedis(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGCRAStateWithoutRate writes a GCRA value as the script wrote it before
+// it stored the rate beside the time, a bare "<tat>", and checks that it is
+// read in the current rate's units, as limit.Evaluate reads a state whose
+// rate is 0.
+func TestGCRAStateWithoutRate(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			s := newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: func() time.Time { return now }})
+			raw := rawClient(t, tg)
+			l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20, Algorithm: limit.GCRA}
+			req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{l}}
+			// 10 a second is one unit a ms: 5 tokens owed.
+			tat := now.UnixMilli() + 500
+			if err := raw.Do(t.Context(), raw.B().Set().Key(s.RedisKey(req.Key, &l)).Value(fmt.Sprint(tat)).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			st := limit.State{Exists: true, A: tat}
+			o := limit.Evaluate(&l, &st, now.UnixMilli(), 1)
+			d := take(t, s, req)
+			if wantD := limit.Decide([]limit.Outcome{o}); d != wantD || !d.Allowed || d.Remaining != 14 {
+				t.Errorf("bare TAT 5 tokens ahead: got %+v, want %+v (allowed, 14 left)", d, wantD)
+			}
+		})
 	}
 }

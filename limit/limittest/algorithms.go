@@ -169,3 +169,68 @@ func testMatchesModelMixed(t *testing.T, newStore Factory) {
 		})
 	}
 }
+
+// rateStep is one request of a rate-change scenario: move the clock, set
+// the limit's rate, take, and compare.
+type rateStep struct {
+	advance   time.Duration
+	count     int64
+	cost      int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration
+}
+
+// testRateChange changes the rate of one bucket limit (same name, period and
+// burst: the same bucket) in the middle of a sequence, up and down, as a
+// rule change does, or two rules that name the same limit at different
+// rates. The token bucket keeps its tokens and refills at the new rate from
+// its last take; GCRA, which counts time in units that depend on the rate,
+// must answer the same. Each phase stays within the refill time of its
+// last take, so no store may have dropped the state (see limit.Limit on
+// raising a burst or lowering a rate).
+func testRateChange(t *testing.T, newStore Factory) {
+	ms := time.Millisecond
+	phases := []struct {
+		name  string
+		steps []rateStep
+	}{
+		{"lowered at once", []rateStep{
+			{0, 3, 1, true, 2, 0},
+			{0, 1, 1, true, 1, 0},
+		}},
+		{"raised when drained", []rateStep{
+			{0, 1, 3, true, 0, 0},
+			// 1000 credits short at 3 a ms.
+			{0, 3, 1, false, 0, 334 * ms},
+			// The bucket refills at the new rate since the last take: 900.
+			{300 * ms, 3, 1, false, 0, 34 * ms},
+			{34 * ms, 3, 1, true, 0, 0},
+		}},
+		{"lowered after a while", []rateStep{
+			{0, 3, 3, true, 0, 0},
+			// 500ms at the new rate of 1 a second is half a token, not the
+			// token and a half the old rate would have refilled.
+			{500 * ms, 1, 1, false, 0, 500 * ms},
+			{499 * ms, 1, 1, false, 0, ms},
+		}},
+	}
+	for _, alg := range []limit.Algorithm{limit.TokenBucket, limit.GCRA} {
+		for _, ph := range phases {
+			t.Run(string(alg)+"/"+ph.name, func(t *testing.T) {
+				clk := NewClock(start)
+				s := newStore(t, clk.Now)
+				key := uniqueKey(t, "k")
+				for i, st := range ph.steps {
+					clk.Advance(st.advance)
+					l := limit.Limit{Name: "s", Count: st.count, Period: time.Second, Burst: 3, Algorithm: alg}
+					d := take(t, s, &limit.Request{Key: key, Cost: st.cost, Limits: []limit.Limit{l}})
+					if d.Allowed != st.allowed || d.Remaining != st.remaining || d.RetryAfter != st.retry {
+						t.Fatalf("step %d (at +%v, %d a second, cost %d): got allowed %v remaining %d retry %v, want %v %d %v",
+							i, clk.Now().Sub(start), st.count, st.cost, d.Allowed, d.Remaining, d.RetryAfter, st.allowed, st.remaining, st.retry)
+					}
+				}
+			})
+		}
+	}
+}

@@ -33,6 +33,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("MixedAllOrNothing", func(t *testing.T) { testMixedAllOrNothing(t, newStore) })
 	t.Run("ConcurrentAlgorithms", func(t *testing.T) { testConcurrentAlgorithms(t, newStore) })
 	t.Run("MatchesModelMixed", func(t *testing.T) { testMatchesModelMixed(t, newStore) })
+	t.Run("RateChange", func(t *testing.T) { testRateChange(t, newStore) })
 }
 
 // uniqueKey returns a key no other test uses, so stores may be shared.

@@ -12,6 +12,7 @@
 
 ALGS['fixed_window'] = function(key, now, cost, count, period, burst)
   local stored_ws, stored_used
+  local caller = now -- the time asked about, before any standing still
   local stored = redis.call('GET', key)
   if stored then
     local a, b = string.match(stored, '^(%d+) (%d+)$')
@@ -40,6 +41,8 @@ ALGS['fixed_window'] = function(key, now, cost, count, period, burst)
   end
   used = used + cost
   return 1, remaining - cost, 0, reset, function()
-    redis.call('SET', key, int_str(ws) .. ' ' .. int_str(used), 'PX', int_str(expire_ms(reset)))
+    -- Kept until the window ends, counted from the caller's time: after a
+    -- clock stepped back, that is later than reset says.
+    redis.call('SET', key, int_str(ws) .. ' ' .. int_str(used), 'PX', int_str(expire_ms(ws + period - caller)))
   end
 end

@@ -19,6 +19,7 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
   local n = redis.call('LLEN', key)
   local first = n + 1 -- index (1-based) of the oldest live entry
   local oldest
+  local caller = now -- the time asked about, before any standing still
   if n > 0 then
     local newest = tonumber(redis.call('LINDEX', key, -1))
     if not newest then
@@ -83,6 +84,8 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
       redis.call('RPUSH', key, unpack(batch))
       left = left - #batch
     end
-    redis.call('PEXPIRE', key, int_str(expire_ms(period)))
+    -- The entries just pushed live until now + period; counted from the
+    -- caller's time, which a stepped-back clock puts before now.
+    redis.call('PEXPIRE', key, int_str(expire_ms(now + period - caller)))
   end
 end

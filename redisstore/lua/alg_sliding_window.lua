@@ -13,6 +13,7 @@
 
 ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   local stored_ws, stored_cur, stored_prev
+  local caller = now -- the time asked about, before any standing still
   local stored = redis.call('GET', key)
   if stored then
     local a, b, c = string.match(stored, '^(%d+) (%d+) (%d+)$')
@@ -55,8 +56,9 @@ ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   end
   cur = cur + cost
   return 1, remaining - cost, 0, reset, function()
-    -- This window's count weighs on the next one too: keep it until then.
+    -- This window's count weighs on the next one too: keep it until then,
+    -- counted from the caller's time (see alg_fixed_window.lua).
     redis.call('SET', key, int_str(ws) .. ' ' .. int_str(cur) .. ' ' .. int_str(prev),
-      'PX', int_str(expire_ms(reset + period)))
+      'PX', int_str(expire_ms(ws + 2 * period - caller)))
   end
 end

@@ -40,9 +40,14 @@ local function floordiv(a, b)
 end
 
 -- ceildiv returns the ceiling of a / b for integers a >= 0, b > 0, as Go's
--- (a + b - 1) / b does.
+-- (a + b - 1) / b does. Not by that sum: for a near 2^53 it would round,
+-- while q * b <= a is exact.
 local function ceildiv(a, b)
-  return floordiv(a + b - 1, b)
+  local q = floordiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
 end
 
 -- now_ms returns the time of this take in Unix ms: ARGV[1], or Redis's own
