@@ -118,6 +118,7 @@ type Store struct {
 	stopRefresh context.CancelFunc // ends the refresh loop; nil without one
 	refreshDone chan struct{}      // closed when the refresh loop has ended
 	closeOnce   sync.Once
+	closed      atomic.Bool // set by Close; Take and TakeUpTo refuse after it
 }
 
 var _ limit.Store = (*Store)(nil)
@@ -234,6 +235,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // Closing twice does nothing more.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
+		s.closed.Store(true)
 		if s.stopRefresh != nil {
 			s.stopRefresh()
 			<-s.refreshDone
@@ -318,6 +320,9 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	if err := req.Validate(); err != nil {
 		return limit.Decision{}, err
 	}
+	if s.closed.Load() {
+		return limit.Decision{}, errClosed
+	}
 	var now int64 // 0 asks the script to read Redis's clock
 	if s.now != nil {
 		if now = s.now().UnixMilli(); now <= 0 {
@@ -381,6 +386,11 @@ func outcomes(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int) ([]limit
 
 // classify maps an error from the client to ErrTimeout, ErrUnavailable or
 // ErrReply, or to context.Canceled for a caller that gave up.
+// errClosed is what a closed store answers. The client would answer with
+// whatever its teardown left behind, "context canceled" among them, which
+// would read as the caller giving up.
+var errClosed = fmt.Errorf("redisstore: store is closed: %w", ErrUnavailable)
+
 func classify(err error) error {
 	var netErr net.Error
 	switch {

@@ -23,6 +23,9 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (g
 	if want < 1 {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: want %d tokens: must be at least 1", want)
 	}
+	if s.closed.Load() {
+		return 0, limit.Decision{}, errClosed
+	}
 	cost := req.EffectiveCost()
 	want = max(want, cost)
 	var now int64 // 0 asks the script to read Redis's clock
