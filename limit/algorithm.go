@@ -16,10 +16,8 @@ import (
 //	token_bucket    A = credits (tokens × period), B = time of the last take
 //	gcra            A = theoretical arrival time, in units of 1/u ms where
 //	                u = Count / gcd(Count, period): the time at which the
-//	                bucket would be full again, so A ≤ now·u means full;
-//	                B = the Count A was counted at (0: the current one),
-//	                C = the debt the take that wrote A left, in those
-//	                units, so that the take was at (A - C) / u
+//	                bucket would be full again, so A ≤ now·u means full
+//	                (u is part of the limit's BucketID)
 //	sliding_window  A = start of the current window, B = tokens taken in it,
 //	                C = tokens taken in the window before it
 //	fixed_window    A = start of the current window, B = tokens taken in it

@@ -30,21 +30,26 @@ func gcraUnits(l *Limit) (perMs, perToken int64) {
 // credits are always multiples of the gcd, so reducing by it loses nothing).
 // Times are in units of 1/perMs ms, so every step is an integer.
 //
-// The units depend on Count, which the bucket's identity does not hold: two
-// rules may name the same limit at different rates, and a rule change may
-// change the rate. So the state keeps the Count its TAT was counted at and
-// the debt the take that wrote it left (from which the time of that take
-// follows), and gcraDebt converts a debt counted at another rate as the
-// token bucket would.
+// The state is the TAT alone, as in redis-cell. Its units depend on the
+// rate, so [Limit.BucketID] holds perMs: a state is only ever read in the
+// units it was written in. A rule change that keeps perMs (any rate whose
+// Count divides the period in ms has perMs = 1) keeps the TAT as a time: the
+// key's debt carries over in time, and the new rate and burst read it. A
+// debt is never negative, so that never admits more than a fresh bucket of
+// the new rate would.
 func gcra(l *Limit, s *State, now, cost int64) Outcome {
 	perMs, perToken := gcraUnits(l)
 	burst := l.EffectiveBurst()
 	capacity := burst * perToken
 	at := now * perMs
-	debt := gcraDebt(l, s, now, perMs, perToken)
+	debt := int64(0) // a key never seen, or dropped, is a full bucket
+	if s.Exists && s.A > at {
+		debt = s.A - at
+	}
 	reset := ceilDiv(debt, perMs)
-	// A burst lowered since the last take can leave more debt than the new
-	// capacity: nothing is left, and the debt drains at the usual rate.
+	// A burst lowered (or, in the same units, a rate raised) since the last
+	// take can leave more debt than the new capacity: nothing is left, and
+	// the debt drains at the usual rate.
 	remaining := max(capacity-debt, 0) / perToken
 	if cost > burst {
 		return Outcome{Remaining: remaining, RetryAfter: -1, ResetAfter: reset, Next: *s, TTL: 1}
@@ -59,43 +64,5 @@ func gcra(l *Limit, s *State, now, cost int64) Outcome {
 	debt += need
 	reset = ceilDiv(debt, perMs)
 	return Outcome{Allowed: true, Remaining: (capacity - debt) / perToken, ResetAfter: reset,
-		Next: State{Exists: true, A: at + debt, B: l.Count, C: debt}, TTL: max(reset, 1)}
-}
-
-// gcraDebt returns what the bucket of l in state s lacks at now, in l's
-// units of 1/perMs ms. A state counted at l's Count (or one that does not
-// say, B = 0, as Redis values written before the rate was stored) is read
-// as it is. A state counted at another rate holds a debt in other units: it
-// is converted to credits (tokens × period, which do not depend on Count),
-// as of the take that wrote it, clamped to l's capacity, refilled since then
-// at l's rate, and rounded up to l's units. Those are the token bucket's
-// steps after the same change, so GCRA never admits more than the token
-// bucket would; rounding up can cost the key less than one token
-// (gcd(Count, period) credits) per change, until the bucket is full again.
-func gcraDebt(l *Limit, s *State, now, perMs, perToken int64) int64 {
-	if !s.Exists {
-		return 0 // a key never seen, or dropped, is a full bucket
-	}
-	if s.B <= 0 || s.B == l.Count {
-		return max(s.A-now*perMs, 0)
-	}
-	p := l.PeriodMillis()
-	g := p / perToken // gcd(Count, period): credits per unit
-	full := l.EffectiveBurst() * p
-	oldG := gcd(s.B, p)
-	owed := s.C                          // the debt the last take left, in its units
-	last := floorDiv(s.A-owed, s.B/oldG) // when it was taken: TAT = time·units + debt
-	// Compare before multiplying, so that the credits stay below 2^53.
-	lacking := full
-	if owed < ceilDiv(full, oldG) {
-		lacking = owed * oldG
-	}
-	if elapsed := now - last; elapsed > 0 {
-		if elapsed >= ceilDiv(lacking, l.Count) {
-			lacking = 0
-		} else {
-			lacking -= elapsed * l.Count
-		}
-	}
-	return ceilDiv(lacking, g)
+		Next: State{Exists: true, A: at + debt}, TTL: max(reset, 1)}
 }

@@ -59,16 +59,27 @@ const MaxWait = 2 * 366 * 24 * time.Hour
 //
 // A key's state for a limit is found by [Limit.BucketID], which holds the
 // name, algorithm and period but not the rate or the burst, so a rule change
-// of either keeps the key's state and reads it under the new values. Stores
-// keep a state only as long as the limit that wrote it needs it: until the
-// bucket would be full again, or the window is over. So raising a limit's
-// burst (or lowering its rate) can give a key its new full burst up to one
-// old refill time early: a drained key whose state expires starts full under
-// the new limit, where a moment before it had refilled only what the old
-// limit gave back.
+// of either keeps the key's state and reads it under the new values. GCRA is
+// the exception: its state is one timestamp counted in units that depend on
+// the rate ([Limit.Unit]), and its BucketID holds that unit too. A rate
+// change that keeps the unit (any rate whose Count divides the period in
+// milliseconds: 10 a second, 5000 a minute) keeps the timestamp as a time,
+// so the key's debt carries over in time, as in redis-cell, which never
+// admits more than a fresh bucket of the new rate would; a change of unit
+// starts a fresh bucket, as a change of period does for every algorithm.
+//
+// Stores keep a state only as long as the limit that wrote it needs it:
+// until the bucket would be full again, or the window is over. So raising a
+// token bucket's burst (or lowering its rate) can give a key its new full
+// burst up to one old refill time early: a drained key whose state expires
+// starts full under the new limit, where a moment before it had refilled
+// only what the old limit gave back. GCRA's timestamp is the time the
+// bucket is full under any limit that shares its bucket, so it expires
+// exactly then.
 type Limit struct {
 	// Name identifies the limit among a key's limits ("s", "m", "login").
-	// Two rules that name the same limit share its bucket.
+	// Two rules that name the same limit share its bucket (GCRA limits:
+	// when their rates count in the same unit; see [Limit.BucketID]).
 	Name string
 	// Count is how many tokens the limit grants per Period.
 	Count int64
@@ -262,8 +273,28 @@ type Store interface {
 }
 
 // BucketID names the stored state of l within one key. It holds the name,
-// the algorithm and the period, so a rule change that keeps those keeps the
-// key's state, while one that changes how it counts starts afresh.
+// the algorithm and the period, and for GCRA the unit its timestamp counts
+// in ([Limit.Unit]): "s:token_bucket:1000", "s:gcra:1000:3". A rule change
+// that keeps those keeps the key's state, and rules that name the same limit
+// share it; one that changes how the state counts (the period, or GCRA's
+// unit) starts afresh.
 func (l *Limit) BucketID() string {
+	if u := l.Unit(); u > 0 {
+		return fmt.Sprintf("%s:%s:%d:%d", l.Name, l.Alg(), l.PeriodMillis(), u)
+	}
 	return fmt.Sprintf("%s:%s:%d", l.Name, l.Alg(), l.PeriodMillis())
+}
+
+// Unit reports how many units a millisecond is in the timestamp a GCRA limit
+// stores: Count / gcd(Count, period in ms), so 1 for any rate whose Count
+// divides the period in milliseconds (10 a second, 5000 a minute) and 3 for
+// 3 a second. The state means nothing in other units, so the unit is part of
+// BucketID. It is 0 for the other algorithms, whose state does not depend
+// on the rate, and for a limit whose Count or Period Validate refuses.
+func (l *Limit) Unit() int64 {
+	if l.Alg() != GCRA || l.Count <= 0 || l.PeriodMillis() <= 0 {
+		return 0
+	}
+	perMs, _ := gcraUnits(l)
+	return perMs
 }

@@ -253,50 +253,70 @@ func FuzzEvaluate(f *testing.F) {
 	})
 }
 
-// TestGCRAFollowsTokenBucketAcrossRateChanges changes the rate of one limit
-// (same name, period and burst, so the same bucket) now and then in the
-// middle of random sequences, up and down, as a rule change or two rules
-// naming the same limit at different rates do. GCRA's state counts time in
-// units that depend on the rate; converted, it must answer as the token
-// bucket after the same change: never allowing what the token bucket
-// refuses, never holding more tokens nor retrying sooner. Each conversion
-// rounds the debt up to the new units (gcd(count, period) credits, less
-// than a token), and the rounding stays until the bucket is full again, so
-// GCRA may hold up to one token fewer per change since it was last full,
-// and holds exactly as many when it has not changed rate since.
-// Both are driven in lockstep: a take is stored only when both allowed it.
-func TestGCRAFollowsTokenBucketAcrossRateChanges(t *testing.T) {
+// TestGCRARateChanges changes the rate and the burst of one GCRA limit now
+// and then in the middle of random sequences, up and down, as a rule change
+// or two rules naming the same limit at different rates do, and keeps its
+// states by BucketID, as a store does. A change that keeps the unit keeps
+// the bucket, and its timestamp carries the debt over as a time; a change
+// of unit finds another bucket. Either way the key must never get more than
+// a fresh bucket at the new limit, started at the change, would give it:
+// never allowed what that bucket refuses, never holding more tokens (so
+// never more than the new burst), never retrying sooner. Both are driven
+// in lockstep: a take is stored only when both allowed it, so the fresh
+// bucket is the one that saw the same takes. Nor may a state be read in
+// the wrong units: no key ever waits longer to be full than the slowest
+// refill of the limits it has been under.
+func TestGCRARateChanges(t *testing.T) {
 	tests := []struct {
 		period time.Duration
 		counts []int64
-		burst  int64
+		bursts []int64
 	}{
-		{time.Second, []int64{3, 1}, 3},
-		{time.Second, []int64{10, 100, 7, 1000, 4}, 20},
-		{time.Second, []int64{999, 1, 500, 2047}, 40},
-		{250 * time.Millisecond, []int64{3, 5, 250, 1}, 8},
-		{time.Minute, []int64{1000, 60, 7, 6000}, 50},
-		{17 * time.Millisecond, []int64{13, 1, 34}, 5},
+		{time.Second, []int64{1, 10, 100, 4, 1000, 3, 7, 999}, []int64{0, 1, 5, 40}},
+		{time.Minute, []int64{5000, 60, 1000, 7, 6000, 1}, []int64{0, 50}},
+		{250 * time.Millisecond, []int64{3, 5, 250, 1, 125}, []int64{0, 8}},
+		{17 * time.Millisecond, []int64{13, 1, 17, 34}, []int64{0, 5}},
 	}
 	for i, tt := range tests {
 		rng := rand.New(rand.NewPCG(uint64(i), 2026))
-		tb := Limit{Name: "s", Count: tt.counts[0], Period: tt.period, Burst: tt.burst}
-		gc := tb
-		gc.Algorithm = GCRA
-		var tbState, gcState State
+		l := Limit{Name: "s", Count: tt.counts[0], Period: tt.period, Burst: tt.bursts[0], Algorithm: GCRA}
+		states := map[string]State{}
+		var fresh State
 		now := int64(t0)
-		changes, sinceFull := 0, 0
-		for step := range 3000 {
-			if rng.IntN(25) == 0 {
-				if c := tt.counts[rng.IntN(len(tt.counts))]; c != tb.Count {
-					tb.Count, gc.Count = c, c
-					changes++
-					sinceFull++
+		sameUnit, newUnit := 0, 0
+		slowest := ceilDiv(l.EffectiveBurst()*l.PeriodMillis(), l.Count)
+		for step := range 4000 {
+			if rng.IntN(20) == 0 {
+				next := l
+				next.Count = tt.counts[rng.IntN(len(tt.counts))]
+				next.Burst = tt.bursts[rng.IntN(len(tt.bursts))]
+				if next.Count == l.Count && next.Burst == l.Burst {
+					continue
 				}
+				if err := next.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				if same := next.Unit() == l.Unit(); same != (next.BucketID() == l.BucketID()) {
+					t.Fatalf("%v to %v: units %d and %d, but bucket IDs %q and %q", l, next, l.Unit(), next.Unit(), l.BucketID(), next.BucketID())
+				} else if same {
+					sameUnit++
+					// The debt carries over as a time: the bucket is full
+					// again at the same instant under either limit.
+					st := states[l.BucketID()]
+					before, after := Evaluate(&l, &st, now, l.EffectiveBurst()+1), Evaluate(&next, &st, now, next.EffectiveBurst()+1)
+					if before.ResetAfter != after.ResetAfter {
+						t.Fatalf("%v to %v at +%dms: full again in %dms before the change, %dms after", l, next, now-t0, before.ResetAfter, after.ResetAfter)
+					}
+				} else {
+					newUnit++
+				}
+				l, fresh = next, State{}
+				slowest = max(slowest, ceilDiv(l.EffectiveBurst()*l.PeriodMillis(), l.Count))
 			}
-			dt, cost := randomStep(rng, max(tb.PeriodMillis()/tb.Count, 4))
+			dt, cost := randomStep(rng, max(l.PeriodMillis()/l.Count, 4))
 			now += dt
-			a, b := Evaluate(&tb, &tbState, now, cost), Evaluate(&gc, &gcState, now, cost)
+			st := states[l.BucketID()]
+			a, f := Evaluate(&l, &st, now, cost), Evaluate(&l, &fresh, now, cost)
 			// Remaining counts after the take when allowed, before it when
 			// refused: compare what each held before.
 			held := func(o Outcome) int64 {
@@ -306,23 +326,22 @@ func TestGCRAFollowsTokenBucketAcrossRateChanges(t *testing.T) {
 				return o.Remaining
 			}
 			switch {
-			case b.Allowed && !a.Allowed:
-				t.Fatalf("%v step %d (at +%dms, cost %d): gcra allowed what the token bucket refused: %+v, %+v", gc, step, now-t0, cost, a, b)
-			case held(b) > held(a) || held(b) < held(a)-int64(sinceFull):
-				t.Fatalf("%v step %d (at +%dms, cost %d): gcra held %d tokens, the token bucket %d, %d rate changes since it was full: "+
-					"want at most one fewer a change, never more", gc, step, now-t0, cost, held(b), held(a), sinceFull)
-			case !a.Allowed && !b.Allowed && b.RetryAfter >= 0 && b.RetryAfter < a.RetryAfter:
-				t.Fatalf("%v step %d (at +%dms, cost %d): retry %d, sooner than the token bucket's %d", gc, step, now-t0, cost, b.RetryAfter, a.RetryAfter)
+			case a.Allowed && !f.Allowed:
+				t.Fatalf("%v step %d (at +%dms, cost %d): allowed what a fresh bucket refused: %+v, fresh %+v", l, step, now-t0, cost, a, f)
+			case held(a) > held(f) || held(a) > l.EffectiveBurst():
+				t.Fatalf("%v step %d (at +%dms, cost %d): held %d tokens, a fresh bucket %d: want no more, and at most the burst",
+					l, step, now-t0, cost, held(a), held(f))
+			case !a.Allowed && !f.Allowed && f.RetryAfter >= 0 && a.RetryAfter < f.RetryAfter:
+				t.Fatalf("%v step %d (at +%dms, cost %d): retry %d, sooner than a fresh bucket's %d", l, step, now-t0, cost, a.RetryAfter, f.RetryAfter)
+			case a.ResetAfter > slowest:
+				t.Fatalf("%v step %d (at +%dms, cost %d): full again in %dms, longer than any limit's refill, %dms", l, step, now-t0, cost, a.ResetAfter, slowest)
 			}
-			if perMs, perToken := gcraUnits(&gc); gcraDebt(&gc, &gcState, now, perMs, perToken) == 0 {
-				sinceFull = 0 // a full bucket has nothing left to round
-			}
-			if a.Allowed && b.Allowed {
-				tbState, gcState = a.Next, b.Next
+			if a.Allowed {
+				states[l.BucketID()], fresh = a.Next, f.Next
 			}
 		}
-		if changes < 50 {
-			t.Errorf("%v: %d rate changes in 3000 steps; the generator is broken", gc, changes)
+		if sameUnit < 30 || newUnit < 30 {
+			t.Errorf("period %v: %d changes within a unit and %d across units in 4000 steps; the generator is broken", tt.period, sameUnit, newUnit)
 		}
 	}
 }
@@ -362,17 +381,5 @@ func TestTTLAfterClockStepsBack(t *testing.T) {
 			}
 			st = o.Next
 		}
-	}
-}
-
-// TestGCRAStateWithoutRate reads a GCRA state that does not say which rate
-// its time was counted at (B = 0, as Redis values written before the rate
-// was stored): it is read in the current rate's units.
-func TestGCRAStateWithoutRate(t *testing.T) {
-	l := Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20, Algorithm: GCRA}
-	// 10 a second is one unit a ms, 100 units a token: 5 tokens of debt.
-	st := State{Exists: true, A: t0 + 500}
-	if o := Evaluate(&l, &st, t0, 1); !o.Allowed || o.Remaining != 14 || o.ResetAfter != 600 {
-		t.Errorf("5 tokens owed of 20, take 1: got allowed %v remaining %d reset %d, want allowed, 14, 600ms", o.Allowed, o.Remaining, o.ResetAfter)
 	}
 }

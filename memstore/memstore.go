@@ -45,11 +45,13 @@ type entry struct {
 }
 
 // slot is one limit's state. A limit is the same one while its name,
-// algorithm and period stay (limit.BucketID says why).
+// algorithm, period and unit stay: the fields of limit.BucketID, which says
+// why.
 type slot struct {
 	name    string
 	alg     limit.Algorithm
 	period  time.Duration
+	unit    int64
 	state   limit.State
 	expires int64
 }
@@ -129,7 +131,7 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 			exp := now + o.TTL
 			if idx[i] < 0 {
 				l := &req.Limits[i]
-				e.slots = append(e.slots, slot{name: l.Name, alg: l.Alg(), period: l.Period, state: o.Next, expires: exp})
+				e.slots = append(e.slots, slot{name: l.Name, alg: l.Alg(), period: l.Period, unit: l.Unit(), state: o.Next, expires: exp})
 			} else {
 				e.slots[idx[i]].state, e.slots[idx[i]].expires = o.Next, exp
 			}
@@ -145,9 +147,9 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 
 // find returns the index of l's slot, or -1.
 func (e *entry) find(l *limit.Limit) int {
-	alg := l.Alg()
+	alg, unit := l.Alg(), l.Unit()
 	for i := range e.slots {
-		if sl := &e.slots[i]; sl.name == l.Name && sl.alg == alg && sl.period == l.Period {
+		if sl := &e.slots[i]; sl.name == l.Name && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
 			return i
 		}
 	}

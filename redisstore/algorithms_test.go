@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,11 +61,14 @@ func randomLimit(rng *rand.Rand, name string, alg limit.Algorithm) limit.Limit {
 // clock (which keeps states ten minutes longer) still find the state.
 //
 // Further runs change the rate (and with it a default burst) of a limit now
-// and then, up and down, keeping its name, algorithm and period, so that
-// GCRA converts a state counted in other units. They too compare with the
-// Model only: a store keeps a state as long as the limit that wrote it
-// needs it, and a lower rate or a higher burst may need it longer (see
-// limit.Limit).
+// and then, up and down, keeping its name, algorithm and period; for GCRA
+// half the changes keep its unit (limit.Limit.Unit), so that its timestamp
+// carries over, and the rest find another bucket. Requests with a limit
+// other than GCRA compare with the Model only: a store keeps a state as
+// long as the limit that wrote it needs it, and a lower rate or a higher
+// burst may need it longer (see limit.Limit). GCRA's timestamp is the time
+// the bucket is full under any limit that shares it, so there the
+// in-process store must agree too.
 func TestAlgorithmsMatchMemstore(t *testing.T) {
 	type run struct {
 		name   string
@@ -109,6 +114,12 @@ func TestAlgorithmsMatchMemstore(t *testing.T) {
 						i := rng.IntN(len(limits))
 						l := limits[i]
 						l.Count = 1 + rng.Int64N(2*l.Count+3)
+						if u := limits[i].Unit(); u > 0 && rng.IntN(2) == 0 {
+							// The largest count below it in the same unit.
+							for l.Count > 1 && l.Unit() != u {
+								l.Count--
+							}
+						}
 						if l.Validate() == nil {
 							limits[i] = l
 						}
@@ -134,7 +145,7 @@ func TestAlgorithmsMatchMemstore(t *testing.T) {
 						t.Fatalf("step %d (at %s, cost %d, %v): redis %+v, limit.Evaluate %+v",
 							step, clk.Now().Format("15:04:05.000"), cost, req.Limits, got, want)
 					}
-					if m := mem.TakeAt(now, req); !r.back && !r.rates && m != got {
+					if m := mem.TakeAt(now, req); !r.back && (!r.rates || allGCRA(req.Limits)) && m != got {
 						t.Fatalf("step %d (at %s, cost %d, %v): redis %+v, memstore %+v",
 							step, clk.Now().Format("15:04:05.000"), cost, req.Limits, got, m)
 					}
@@ -194,28 +205,56 @@ func TestSlidingLogBoundedInRedis(t *testing.T) {
 	}
 }
 
-// TestGCRAStateWithoutRate writes a GCRA value as the script wrote it before
-// it stored the rate beside the time, a bare "<tat>", and checks that it is
-// read in the current rate's units, as limit.Evaluate reads a state whose
-// rate is 0.
-func TestGCRAStateWithoutRate(t *testing.T) {
+// allGCRA reports whether every limit of ls is a GCRA limit.
+func allGCRA(ls []limit.Limit) bool {
+	for i := range ls {
+		if ls[i].Alg() != limit.GCRA {
+			return false
+		}
+	}
+	return true
+}
+
+// TestGCRAStateIsOneTimestamp checks what the script keeps for a GCRA limit:
+// one integer, limit.Evaluate's TAT, under a key that ends in the limit's
+// unit, and that a rate change in the same unit reads it as a time.
+func TestGCRAStateIsOneTimestamp(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			s := newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: func() time.Time { return now }})
 			raw := rawClient(t, tg)
-			l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20, Algorithm: limit.GCRA}
-			req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{l}}
-			// 10 a second is one unit a ms: 5 tokens owed.
-			tat := now.UnixMilli() + 500
-			if err := raw.Do(t.Context(), raw.B().Set().Key(s.RedisKey(req.Key, &l)).Value(fmt.Sprint(tat)).Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			st := limit.State{Exists: true, A: tat}
-			o := limit.Evaluate(&l, &st, now.UnixMilli(), 1)
-			d := take(t, s, req)
-			if wantD := limit.Decide([]limit.Outcome{o}); d != wantD || !d.Allowed || d.Remaining != 14 {
-				t.Errorf("bare TAT 5 tokens ahead: got %+v, want %+v (allowed, 14 left)", d, wantD)
+			key := uniqueKey(t)
+			// 3 a second counts in thirds of a ms; 1 and 10 a second in ms.
+			for _, l := range []limit.Limit{
+				{Name: "s", Count: 3, Period: time.Second, Burst: 4, Algorithm: limit.GCRA},
+				{Name: "s", Count: 1, Period: time.Second, Burst: 4, Algorithm: limit.GCRA},
+				{Name: "s", Count: 10, Period: time.Second, Burst: 4, Algorithm: limit.GCRA},
+			} {
+				req := &limit.Request{Key: key, Cost: 2, Limits: []limit.Limit{l}}
+				redisKey := s.RedisKey(req.Key, &l)
+				if want := fmt.Sprintf(":%d", l.Unit()); !strings.HasSuffix(redisKey, want) {
+					t.Errorf("%v: key %q, want it to end in its unit %q", l, redisKey, want)
+				}
+				var st limit.State
+				if v, err := raw.Do(t.Context(), raw.B().Get().Key(redisKey).Build()).ToString(); err == nil {
+					tat, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						t.Fatalf("%v: value %q, want one integer", l, v)
+					}
+					st = limit.State{Exists: true, A: tat}
+				}
+				o := limit.Evaluate(&l, &st, now.UnixMilli(), 2)
+				if d := take(t, s, req); d != limit.Decide([]limit.Outcome{o}) {
+					t.Errorf("%v: got %+v, want %+v", l, d, limit.Decide([]limit.Outcome{o}))
+				}
+				v, err := raw.Do(t.Context(), raw.B().Get().Key(redisKey).Build()).ToString()
+				if err != nil {
+					t.Fatalf("GET %s: %v", redisKey, err)
+				}
+				if want := strconv.FormatInt(o.Next.A, 10); v != want {
+					t.Errorf("%v: value %q, want the TAT %q alone", l, v, want)
+				}
 			}
 		})
 	}

@@ -63,7 +63,12 @@ func appendKey(b []byte, prefix, key string, l *limit.Limit) []byte {
 	b = append(b, ':')
 	b = append(b, l.Alg()...)
 	b = append(b, ':')
-	return strconv.AppendInt(b, l.PeriodMillis(), 10)
+	b = strconv.AppendInt(b, l.PeriodMillis(), 10)
+	if u := l.Unit(); u > 0 {
+		b = append(b, ':')
+		b = strconv.AppendInt(b, u, 10)
+	}
+	return b
 }
 
 // Slot returns the Redis Cluster hash slot (0 to 16383) that holds every

@@ -33,6 +33,7 @@ func TestKeyEndsWithBucketID(t *testing.T) {
 		{Name: "s", Count: 1, Period: time.Second},
 		{Name: "login", Count: 5, Period: 15 * time.Minute, Algorithm: limit.TokenBucket},
 		{Name: "x.y-z", Count: 1, Period: time.Millisecond, Algorithm: limit.GCRA},
+		{Name: "g", Count: 3, Period: time.Second, Burst: 5, Algorithm: limit.GCRA},
 		{Name: "d", Count: 1, Period: 24 * time.Hour, Algorithm: limit.SlidingLog},
 	} {
 		got := string(appendKey(nil, "sl:", "k", &l))

@@ -182,24 +182,29 @@ type rateStep struct {
 }
 
 // testRateChange changes the rate of one bucket limit (same name, period and
-// burst: the same bucket) in the middle of a sequence, up and down, as a
-// rule change does, or two rules that name the same limit at different
-// rates. The token bucket keeps its tokens and refills at the new rate from
-// its last take; GCRA, which counts time in units that depend on the rate,
-// must answer the same. Each phase stays within the refill time of its
-// last take, so no store may have dropped the state (see limit.Limit on
-// raising a burst or lowering a rate).
+// burst) in the middle of a sequence, up and down, as a rule change does, or
+// two rules that name the same limit at different rates. The token bucket
+// keeps its tokens and refills at the new rate from its last take. GCRA
+// keeps its timestamp while the rate keeps its unit (limit.Limit.Unit; any
+// rate that divides 1000 a second has unit 1): the debt carries over as a
+// time, read under the new rate, as in redis-cell. A change of unit is a
+// new bucket, which starts full. Each phase stays within the refill time of
+// its last take, so no store may have dropped the state (see limit.Limit
+// on raising a burst or lowering a rate).
 func testRateChange(t *testing.T, newStore Factory) {
 	ms := time.Millisecond
-	phases := []struct {
+	type phase struct {
+		alg   limit.Algorithm
 		name  string
+		burst int64
 		steps []rateStep
-	}{
-		{"lowered at once", []rateStep{
+	}
+	phases := []phase{
+		{limit.TokenBucket, "lowered at once", 3, []rateStep{
 			{0, 3, 1, true, 2, 0},
 			{0, 1, 1, true, 1, 0},
 		}},
-		{"raised when drained", []rateStep{
+		{limit.TokenBucket, "raised when drained", 3, []rateStep{
 			{0, 1, 3, true, 0, 0},
 			// 1000 credits short at 3 a ms.
 			{0, 3, 1, false, 0, 334 * ms},
@@ -207,30 +212,53 @@ func testRateChange(t *testing.T, newStore Factory) {
 			{300 * ms, 3, 1, false, 0, 34 * ms},
 			{34 * ms, 3, 1, true, 0, 0},
 		}},
-		{"lowered after a while", []rateStep{
+		{limit.TokenBucket, "lowered after a while", 3, []rateStep{
 			{0, 3, 3, true, 0, 0},
 			// 500ms at the new rate of 1 a second is half a token, not the
 			// token and a half the old rate would have refilled.
 			{500 * ms, 1, 1, false, 0, 500 * ms},
 			{499 * ms, 1, 1, false, 0, ms},
 		}},
+		{limit.GCRA, "raised in the same unit", 4, []rateStep{
+			// Drained at 1 a second: full again in 4000ms.
+			{0, 1, 4, true, 0, 0},
+			// At 10 a second the bucket holds 400ms, and the 4000ms owed
+			// stay owed: a token fits when 300ms are left.
+			{0, 10, 1, false, 0, 3700 * ms},
+			{3699 * ms, 10, 1, false, 0, ms},
+			{ms, 10, 1, true, 0, 0},
+		}},
+		{limit.GCRA, "lowered in the same unit", 4, []rateStep{
+			// Drained at 10 a second: full again in 400ms.
+			{0, 10, 4, true, 0, 0},
+			// At 1 a second the bucket holds 4000ms, and 400ms are owed:
+			// three tokens and more, fewer than a fresh bucket's four.
+			{0, 1, 1, true, 2, 0},
+			{0, 1, 3, false, 2, 400 * ms},
+			{400 * ms, 1, 3, true, 0, 0},
+		}},
+		{limit.GCRA, "a change of unit starts afresh", 4, []rateStep{
+			{0, 1, 4, true, 0, 0},
+			// 3 a second counts in thirds of a millisecond: another bucket.
+			{0, 3, 1, true, 3, 0},
+			// Back at 1 a second, the first bucket is still drained.
+			{0, 1, 1, false, 0, 1000 * ms},
+		}},
 	}
-	for _, alg := range []limit.Algorithm{limit.TokenBucket, limit.GCRA} {
-		for _, ph := range phases {
-			t.Run(string(alg)+"/"+ph.name, func(t *testing.T) {
-				clk := NewClock(start)
-				s := newStore(t, clk.Now)
-				key := uniqueKey(t, "k")
-				for i, st := range ph.steps {
-					clk.Advance(st.advance)
-					l := limit.Limit{Name: "s", Count: st.count, Period: time.Second, Burst: 3, Algorithm: alg}
-					d := take(t, s, &limit.Request{Key: key, Cost: st.cost, Limits: []limit.Limit{l}})
-					if d.Allowed != st.allowed || d.Remaining != st.remaining || d.RetryAfter != st.retry {
-						t.Fatalf("step %d (at +%v, %d a second, cost %d): got allowed %v remaining %d retry %v, want %v %d %v",
-							i, clk.Now().Sub(start), st.count, st.cost, d.Allowed, d.Remaining, d.RetryAfter, st.allowed, st.remaining, st.retry)
-					}
+	for _, ph := range phases {
+		t.Run(string(ph.alg)+"/"+ph.name, func(t *testing.T) {
+			clk := NewClock(start)
+			s := newStore(t, clk.Now)
+			key := uniqueKey(t, "k")
+			for i, st := range ph.steps {
+				clk.Advance(st.advance)
+				l := limit.Limit{Name: "s", Count: st.count, Period: time.Second, Burst: ph.burst, Algorithm: ph.alg}
+				d := take(t, s, &limit.Request{Key: key, Cost: st.cost, Limits: []limit.Limit{l}})
+				if d.Allowed != st.allowed || d.Remaining != st.remaining || d.RetryAfter != st.retry {
+					t.Fatalf("step %d (at +%v, %d a second, cost %d): got allowed %v remaining %d retry %v, want %v %d %v",
+						i, clk.Now().Sub(start), st.count, st.cost, d.Allowed, d.Remaining, d.RetryAfter, st.allowed, st.remaining, st.retry)
 				}
-			})
-		}
+			}
+		})
 	}
 }

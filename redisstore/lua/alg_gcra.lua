@@ -11,16 +11,11 @@
 -- keeps the timestamps small; limit.Validate refuses rates whose timestamps
 -- would pass 2^53 before 2109.
 --
--- State: one string "<tat> <count> <owed>", written with SET ... PX. The
--- units of the TAT depend on count, which the key does not hold (two rules
--- may name the same limit at different rates, and a rule change may change
--- the rate), so the count the TAT was counted at is stored beside it, and
--- the debt the take that wrote it left, from which the time of that take
--- follows: so a debt counted at another rate can be converted as the token
--- bucket would see it. The debt rather than the time because it is
--- shorter, which keeps the value as small as the token bucket's. A bare
--- "<tat>", as written before the rate was stored, is read as counted at
--- the current rate.
+-- State: one string, the TAT, written with SET ... PX, as redis-cell keeps
+-- it. Its units depend on count, so the key holds them: limit.BucketID
+-- ends in ":<per_ms>" for GCRA, and a value is only ever read in the units
+-- it was written in. A rate change that keeps per_ms keeps the TAT as a
+-- time; one that changes it finds a new key, a fresh bucket.
 
 -- gcra_gcd returns the greatest common divisor of a, b > 0. math.fmod is
 -- C's fmod, exact for doubles, so this is Go's a % b loop.
@@ -29,33 +24,6 @@ local function gcra_gcd(a, b)
     a, b = b, math.fmod(a, b)
   end
   return a
-end
-
--- gcra_convert returns the debt, in units of 1/per_ms ms, of a TAT counted
--- at old_count whose last take left owed: as limit/gcra.go gcraDebt, the
--- token bucket's steps after the same change of rate. The debt the last
--- take left becomes credits (tokens x period, whatever the rate), clamped
--- to the capacity, refilled since that take at count, and rounded up to
--- the new units, so the conversion never gives a token.
-local function gcra_convert(tat, old_count, owed, now, count, period, burst, g)
-  local old_g = gcra_gcd(old_count, period)
-  -- TAT = time x units + debt, so the take was at (tat - owed) / units.
-  local last = floordiv(tat - owed, old_count / old_g)
-  local full = burst * period
-  -- Compare before multiplying, so that the credits stay below 2^53.
-  local lacking = full
-  if owed < ceildiv(full, old_g) then
-    lacking = owed * old_g
-  end
-  local elapsed = now - last
-  if elapsed > 0 then
-    if elapsed >= ceildiv(lacking, count) then
-      lacking = 0
-    else
-      lacking = lacking - elapsed * count
-    end
-  end
-  return ceildiv(lacking, g)
 end
 
 ALGS['gcra'] = function(key, now, cost, count, period, burst)
@@ -67,27 +35,18 @@ ALGS['gcra'] = function(key, now, cost, count, period, burst)
   local debt = 0 -- a key never seen, or expired, is a full bucket
   local stored = redis.call('GET', key)
   if stored then
-    local a, b, c = string.match(stored, '^(%-?%d+) (%d+) (%d+)$')
-    local tat, old_count, owed
-    if a then
-      tat, old_count, owed = tonumber(a), tonumber(b), tonumber(c)
-    else
-      tat, old_count = tonumber(string.match(stored, '^(%-?%d+)$')), count
-    end
-    if not tat or old_count < 1 then
+    local tat = tonumber(string.match(stored, '^(%-?%d+)$'))
+    if not tat then
       bad_state(key, stored)
     end
-    if old_count == count then
-      if tat > at then
-        debt = tat - at
-      end
-    else
-      debt = gcra_convert(tat, old_count, owed, now, count, period, burst, g)
+    if tat > at then
+      debt = tat - at
     end
   end
   local reset = ceildiv(debt, per_ms)
-  -- A burst lowered since the last take can leave more debt than the new
-  -- capacity: then nothing is left, and the debt drains at the usual rate.
+  -- A burst lowered (or, in the same units, a rate raised) since the last
+  -- take can leave more debt than the new capacity: then nothing is left,
+  -- and the debt drains at the usual rate.
   local remaining = floordiv(math.max(capacity - debt, 0), per_token)
   if cost > burst then
     return 0, remaining, -1, reset, nil
@@ -102,7 +61,6 @@ ALGS['gcra'] = function(key, now, cost, count, period, burst)
   reset = ceildiv(debt, per_ms)
   local tat = at + debt
   return 1, floordiv(capacity - debt, per_token), 0, reset, function()
-    redis.call('SET', key, int_str(tat) .. ' ' .. int_str(count) .. ' ' .. int_str(debt),
-      'PX', int_str(expire_ms(math.max(reset, 1))))
+    redis.call('SET', key, int_str(tat), 'PX', int_str(expire_ms(math.max(reset, 1))))
   end
 end
