@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/rules"
@@ -70,7 +70,7 @@ type testGateway struct {
 	srv   *httptest.Server
 	clock *limittest.Clock
 	reg   *prometheus.Registry
-	log   *syncBuffer
+	log   *proctest.Buffer
 
 	mu     sync.Mutex
 	events []gateway.Event // guarded by mu
@@ -82,7 +82,7 @@ func newTestGateway(t *testing.T, ruleYAML string, edit func(*gateway.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &testGateway{clock: limittest.NewClock(start), reg: prometheus.NewRegistry(), log: &syncBuffer{}}
+	g := &testGateway{clock: limittest.NewClock(start), reg: prometheus.NewRegistry(), log: &proctest.Buffer{}}
 	cfg := gateway.Config{
 		Rules:      gateway.StaticRules(set),
 		Now:        g.clock.Now,
@@ -148,24 +148,6 @@ func (g *testGateway) keys() []string {
 		}
 	}
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // rateHeaders returns the five budget headers of a response, in a fixed order.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rules"
@@ -35,24 +34,6 @@ rules:
     limits: [{name: login, rate: 100, per: 1m}]
     fail_mode: closed
 `
-
-// lockedBuffer is a bytes.Buffer the logger and the test can share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // decisionCount is sluice_gateway_decisions_total summed over the series
 // matching labels.
@@ -97,7 +78,7 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := gateway.StaticRules(set)
-	logs := &lockedBuffer{}
+	logs := &proctest.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	reg := prometheus.NewRegistry()
 	// Long enough that a loaded machine never misses it while Redis

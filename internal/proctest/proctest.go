@@ -190,7 +190,7 @@ type Process struct {
 
 	cmd            *exec.Cmd
 	args           string // the command line, for messages
-	stdout, stderr buffer
+	stdout, stderr Buffer
 	done           chan struct{} // closed when the process has exited
 	exitErr        error         // set before done is closed
 }
@@ -231,20 +231,23 @@ func (p *Process) Wait(t testing.TB) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// buffer is a process's output, shared by the copier exec starts and the
-// test. The zero value is an empty buffer.
-type buffer struct {
+// Buffer collects output that one goroutine writes while another reads it:
+// a process's output copied by exec, or a logger's lines read by a test. The
+// zero value is an empty buffer; it is safe for concurrent use.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer // guarded by mu
 }
 
-func (b *buffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *buffer) String() string {
+// String returns everything written so far.
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
