@@ -324,7 +324,15 @@ func TestCallerGivesUp(t *testing.T) {
 	}
 	remote.set("a", "hang")
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(time.Millisecond, cancel)
+	// Cancel once the call has reached the shard: a timer could fire before
+	// the call starts on a loaded machine, and then nothing would be sent.
+	t.Cleanup(cancel) // also ends the goroutine if no call ever comes
+	go func() {
+		for remote.calls.Load() == 0 && ctx.Err() == nil {
+			time.Sleep(100 * time.Microsecond)
+		}
+		cancel()
+	}()
 	req := &limit.Request{Key: "a/alice", Limits: perSecond(100, 100)}
 	if _, err := s.Take(ctx, req); !errors.Is(err, context.Canceled) {
 		t.Errorf("caller cancelled: got error %v, want context.Canceled", err)
