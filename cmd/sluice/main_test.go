@@ -22,23 +22,7 @@ func TestMain(m *testing.M) { os.Exit(sluice.RunTests(m)) }
 // the response with its body read.
 func get(t *testing.T, method, url string, header ...string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Add(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(body)
+	return proctest.Do(t, method, url, header...)
 }
 
 // writeFile writes content to name in a new temporary directory.
