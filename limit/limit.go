@@ -261,7 +261,40 @@ type Decision struct {
 	// ResetAfter is how long until that limit is full again, or for window
 	// algorithms until its current window ends.
 	ResetAfter time.Duration
+	// Source says where the answer came from: whether every gateway saw
+	// it, or this one answered alone. Empty means a store that does not
+	// say.
+	Source Source
 }
+
+// Source says which path answered a request. It is the source label of
+// the gateway's decision metric and a field of its decision log.
+type Source string
+
+// The paths a decision can come from.
+const (
+	// FromMemory is the in-process store ([memstore]): exact for one
+	// process, which is the only one counting.
+	FromMemory Source = "memory"
+	// FromRedis is the shared store's own decision.
+	FromRedis Source = "redis"
+	// FromLease is a token this process leased from the shared store
+	// earlier and spent from memory.
+	FromLease Source = "lease"
+	// FromRefusalCache is a refusal the shared store made earlier,
+	// repeated from memory until its retry time.
+	FromRefusalCache Source = "refusal-cache"
+	// FromLocalFallback is this process's own share of the limit, enforced
+	// in memory while the key's shared store node cannot answer.
+	FromLocalFallback Source = "local-fallback"
+	// FromFailClosed is a refusal because a FailClosed limit could not be
+	// checked in the shared store.
+	FromFailClosed Source = "fail-closed"
+	// FromShed is a request the process dropped because it was itself too
+	// busy to get the shared store's answer in time, while the store was
+	// answering.
+	FromShed Source = "shed"
+)
 
 // Store takes tokens from the limits of one key atomically. Implementations
 // are safe for concurrent use.
@@ -270,6 +303,19 @@ type Store interface {
 	// req.Cost tokens from each. An error means nothing is known about the
 	// limits: the caller decides whether to fail open or closed.
 	Take(ctx context.Context, req *Request) (Decision, error)
+}
+
+// Granter is a Store that can also take more than a request's cost in one
+// call: the batches token leases are drawn with. memstore and redisstore
+// implement it; limittest.RunGranter is its conformance suite.
+type Granter interface {
+	Store
+	// TakeUpTo takes as many tokens as every limit of req can spare, at
+	// least req's cost and at most want (a want below the cost means the
+	// cost), atomically, and reports how many it took. When granted is
+	// positive, d describes the limits after the take; when it is zero, d
+	// is the refusal Take would have given req.
+	TakeUpTo(ctx context.Context, req *Request, want int64) (granted int64, d Decision, err error)
 }
 
 // BucketID names the stored state of l within one key. It holds the name,

@@ -121,6 +121,7 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 		outs = append(outs, limit.Evaluate(l, &st, now, cost))
 	}
 	d := limit.Decide(outs)
+	d.Source = limit.FromMemory
 	if d.Allowed {
 		if e == nil {
 			e = &entry{}

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/lease/leasetest"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
 )
 
 func TestTakeUpToConformance(t *testing.T) {
-	leasetest.Run(t, func(t *testing.T, now func() time.Time) leasetest.Granter {
+	limittest.RunGranter(t, func(t *testing.T, now func() time.Time) limit.Granter {
 		return memstore.New(memstore.Config{Now: now})
 	})
 }

@@ -345,7 +345,9 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	if err != nil {
 		return limit.Decision{}, fmt.Errorf("redisstore: take in slot %d: %w: %w", Slot(req.Key), ErrReply, err)
 	}
-	return limit.Decide(outs), nil
+	d := limit.Decide(outs)
+	d.Source = limit.FromRedis
+	return d, nil
 }
 
 // outcomes checks the script's reply for n limits and converts it, so that

@@ -53,7 +53,20 @@ func take(t *testing.T, s limit.Store, req *limit.Request) limit.Decision {
 	if err != nil {
 		t.Fatalf("Take(%q): %v", req.Key, err)
 	}
+	if want := sourceOf(s); d.Source != want {
+		t.Fatalf("Take(%q) = %+v: source %q, want %q", req.Key, d, d.Source, want)
+	}
+	// The models and memstore it is compared with name other sources.
+	d.Source = ""
 	return d
+}
+
+// sourceOf is the Source s names on its decisions.
+func sourceOf(s limit.Store) limit.Source {
+	if _, ok := s.(*memstore.Store); ok {
+		return limit.FromMemory
+	}
+	return limit.FromRedis
 }
 
 func perSecond(name string, rate, burst int64) limit.Limit {

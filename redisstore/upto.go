@@ -49,7 +49,9 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (g
 	if err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take up to %d in slot %d: %w: %w", want, Slot(req.Key), ErrReply, err)
 	}
-	return granted, limit.Decide(sc.outs), nil
+	d = limit.Decide(sc.outs)
+	d.Source = limit.FromRedis
+	return granted, d, nil
 }
 
 // grant checks a TakeUpTo reply for n limits: the grant, then a Take reply.

@@ -5,15 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/lease/leasetest"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/redisstore"
 )
 
 func TestTakeUpToConformance(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
-			leasetest.Run(t, func(t *testing.T, now func() time.Time) leasetest.Granter {
+			limittest.RunGranter(t, func(t *testing.T, now func() time.Time) limit.Granter {
 				return newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: now})
 			})
 		})

@@ -24,9 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-rl/sluice/gateway"
-	"github.com/sluice-rl/sluice/internal/guard"
-	"github.com/sluice-rl/sluice/internal/lease"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/redisstore"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gateway"
-	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/redisstore"

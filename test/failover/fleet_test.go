@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/guard"
-	"github.com/sluice-rl/sluice/internal/lease"
+	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/redisstore"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/guard"
-	"github.com/sluice-rl/sluice/internal/lease"
+	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
 )
 

@@ -44,7 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
 )
 

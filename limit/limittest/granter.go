@@ -1,8 +1,9 @@
-// Package leasetest is the conformance suite for stores that hand out
-// partial grants, the TakeUpTo that token leases draw their batches with.
-// The in-process store and the Redis store both pass it, so a lease behaves
-// the same whichever store it draws from.
-package leasetest
+package limittest
+
+// The conformance suite for limit.Granter: stores that hand out partial
+// grants, the TakeUpTo that token leases draw their batches with. The
+// in-process store and the Redis store both pass it, so a lease behaves the
+// same whichever store it draws from.
 
 import (
 	"context"
@@ -14,32 +15,24 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
-	"github.com/sluice-rl/sluice/limit/limittest"
 )
 
-// Granter is a store that can take up to a number of tokens at once.
-type Granter interface {
-	TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error)
+// GranterFactory returns a store that reads time from now. Keys are unique
+// to each test, so a store shared between calls is fine.
+type GranterFactory func(t *testing.T, now func() time.Time) limit.Granter
+
+// RunGranter runs the limit.Granter conformance suite against the stores
+// newStore makes.
+func RunGranter(t *testing.T, newStore GranterFactory) {
+	t.Run("Grants", func(t *testing.T) { testGranterGrants(t, newStore) })
+	t.Run("Refill", func(t *testing.T) { testGranterRefill(t, newStore) })
+	t.Run("Concurrent", func(t *testing.T) { testGranterConcurrent(t, newStore) })
+	t.Run("MatchesModel", func(t *testing.T) { testGranterMatchesModel(t, newStore) })
+	t.Run("Rejects", func(t *testing.T) { testGranterRejects(t, newStore) })
 }
 
-// Factory returns a store that reads time from now. Keys are unique to each
-// test, so a store shared between calls is fine.
-type Factory func(t *testing.T, now func() time.Time) Granter
-
-// start is where every suite clock begins.
-var start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// Run runs the conformance suite against the stores newStore makes.
-func Run(t *testing.T, newStore Factory) {
-	t.Run("Grants", func(t *testing.T) { testGrants(t, newStore) })
-	t.Run("Refill", func(t *testing.T) { testRefill(t, newStore) })
-	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
-	t.Run("MatchesModel", func(t *testing.T) { testMatchesModel(t, newStore) })
-	t.Run("Rejects", func(t *testing.T) { testRejects(t, newStore) })
-}
-
-func testRejects(t *testing.T, newStore Factory) {
-	s := newStore(t, limittest.NewClock(start).Now)
+func testGranterRejects(t *testing.T, newStore GranterFactory) {
+	s := newStore(t, NewClock(start).Now)
 	ok := []limit.Limit{perSecond("s", 10, 10)}
 	for _, tc := range []struct {
 		name string
@@ -59,24 +52,25 @@ func testRejects(t *testing.T, newStore Factory) {
 	}
 }
 
-func perSecond(name string, rate, burst int64) limit.Limit {
-	return limit.Limit{Name: name, Count: rate, Period: time.Second, Burst: burst}
-}
-
-func uniqueKey(t *testing.T) string {
+func granterKey(t *testing.T) string {
 	return fmt.Sprintf("%s/%d", t.Name(), rand.Uint64())
 }
 
-func takeUpTo(t *testing.T, s Granter, req *limit.Request, want int64) (int64, limit.Decision) {
+func grantUpTo(t *testing.T, s limit.Granter, req *limit.Request, want int64) (int64, limit.Decision) {
 	t.Helper()
 	g, d, err := s.TakeUpTo(context.Background(), req, want)
 	if err != nil {
 		t.Fatalf("TakeUpTo(%q, want %d): %v", req.Key, want, err)
 	}
+	if d.Source == "" {
+		t.Fatalf("TakeUpTo(%q, want %d) = %+v: the decision does not say where it came from", req.Key, want, d)
+	}
+	// The model knows no sources; the rest of the decision must match it.
+	d.Source = ""
 	return g, d
 }
 
-func testGrants(t *testing.T, newStore Factory) {
+func testGranterGrants(t *testing.T, newStore GranterFactory) {
 	for _, tc := range []struct {
 		name      string
 		limits    []limit.Limit
@@ -106,15 +100,15 @@ func testGrants(t *testing.T, newStore Factory) {
 			spent: 5, cost: 3, want: 8, granted: 5, allowed: true, remaining: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := limittest.NewClock(start)
+			clk := NewClock(start)
 			s := newStore(t, clk.Now)
-			key := uniqueKey(t)
+			key := granterKey(t)
 			for range tc.spent {
-				if g, _ := takeUpTo(t, s, &limit.Request{Key: key, Limits: tc.limits}, 1); g != 1 {
+				if g, _ := grantUpTo(t, s, &limit.Request{Key: key, Limits: tc.limits}, 1); g != 1 {
 					t.Fatalf("spending token: granted %d, want 1", g)
 				}
 			}
-			g, d := takeUpTo(t, s, &limit.Request{Key: key, Cost: tc.cost, Limits: tc.limits}, tc.want)
+			g, d := grantUpTo(t, s, &limit.Request{Key: key, Cost: tc.cost, Limits: tc.limits}, tc.want)
 			if g != tc.granted || d.Allowed != tc.allowed || d.Remaining != tc.remaining || d.RetryAfter != tc.retry {
 				t.Errorf("got granted %d allowed %v remaining %d retry %v, want granted %d allowed %v remaining %d retry %v",
 					g, d.Allowed, d.Remaining, d.RetryAfter, tc.granted, tc.allowed, tc.remaining, tc.retry)
@@ -123,23 +117,23 @@ func testGrants(t *testing.T, newStore Factory) {
 	}
 }
 
-func testRefill(t *testing.T, newStore Factory) {
-	clk := limittest.NewClock(start)
+func testGranterRefill(t *testing.T, newStore GranterFactory) {
+	clk := NewClock(start)
 	s := newStore(t, clk.Now)
-	req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{perSecond("s", 10, 10)}}
-	if g, _ := takeUpTo(t, s, req, 10); g != 10 {
+	req := &limit.Request{Key: granterKey(t), Limits: []limit.Limit{perSecond("s", 10, 10)}}
+	if g, _ := grantUpTo(t, s, req, 10); g != 10 {
 		t.Fatalf("full bucket of 10: granted %d, want 10", g)
 	}
 	clk.Advance(350 * time.Millisecond)
-	if g, _ := takeUpTo(t, s, req, 10); g != 3 {
+	if g, _ := grantUpTo(t, s, req, 10); g != 3 {
 		t.Errorf("350ms after emptying a 10/s bucket: granted %d, want 3", g)
 	}
 }
 
-func testConcurrent(t *testing.T, newStore Factory) {
-	clk := limittest.NewClock(start)
+func testGranterConcurrent(t *testing.T, newStore GranterFactory) {
+	clk := NewClock(start)
 	s := newStore(t, clk.Now)
-	req := limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{perSecond("s", 1, 100), {Name: "m", Count: 1000, Period: time.Minute}}}
+	req := limit.Request{Key: granterKey(t), Limits: []limit.Limit{perSecond("s", 1, 100), {Name: "m", Count: 1000, Period: time.Minute}}}
 	var granted atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
@@ -161,30 +155,30 @@ func testConcurrent(t *testing.T, newStore Factory) {
 	}
 }
 
-// testMatchesModel drives random grants through the store and through
+// testGranterMatchesModel drives random grants through the store and through
 // limit.Evaluate on plain memory, for every algorithm, and requires the same
 // grant and decision at every step.
-func testMatchesModel(t *testing.T, newStore Factory) {
+func testGranterMatchesModel(t *testing.T, newStore GranterFactory) {
 	for _, alg := range limit.Algorithms {
 		l := limit.Limit{Name: "a", Count: 9, Period: time.Second, Burst: 12, Algorithm: alg}
 		if l.Validate() != nil {
 			continue // not implemented yet: nothing to compare
 		}
 		t.Run(string(alg), func(t *testing.T) {
-			clk := limittest.NewClock(start)
+			clk := NewClock(start)
 			s := newStore(t, clk.Now)
 			rng := rand.New(rand.NewPCG(3, 4))
-			key := uniqueKey(t)
+			key := granterKey(t)
 			limits := []limit.Limit{l, {Name: "m", Count: 40, Period: time.Minute}, {Name: "t", Count: 3, Period: 250 * time.Millisecond, Burst: 5}}
-			m := model{}
+			m := granterModel{}
 			for step := range 300 {
 				clk.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
 				req := &limit.Request{Key: key, Cost: int64(1 + rng.IntN(2)), Limits: limits[:1+rng.IntN(len(limits))]}
 				want := int64(1 + rng.IntN(8))
 				wg, wd := m.takeUpTo(clk.Now().UnixMilli(), req, want)
-				g, d := takeUpTo(t, s, req, want)
+				g, d := grantUpTo(t, s, req, want)
 				if g != wg || d != wd {
-					t.Fatalf("step %d (cost %d, want %d, %d limits): store granted %d %+v, model granted %d %+v",
+					t.Fatalf("step %d (cost %d, want %d, %d limits): store granted %d %+v, granterModel granted %d %+v",
 						step, req.EffectiveCost(), want, len(req.Limits), g, d, wg, wd)
 				}
 			}
@@ -192,11 +186,11 @@ func testMatchesModel(t *testing.T, newStore Factory) {
 	}
 }
 
-// model is the reference: every limit's free tokens read at once, the
+// granterModel is the reference: every limit's free tokens read at once, the
 // smallest granted, all by limit.Evaluate over a map.
-type model map[string]limit.State
+type granterModel map[string]limit.State
 
-func (m model) eval(now int64, req *limit.Request, cost int64) []limit.Outcome {
+func (m granterModel) eval(now int64, req *limit.Request, cost int64) []limit.Outcome {
 	outs := make([]limit.Outcome, len(req.Limits))
 	for i := range req.Limits {
 		st := m[req.Limits[i].BucketID()]
@@ -205,7 +199,7 @@ func (m model) eval(now int64, req *limit.Request, cost int64) []limit.Outcome {
 	return outs
 }
 
-func (m model) takeUpTo(now int64, req *limit.Request, want int64) (int64, limit.Decision) {
+func (m granterModel) takeUpTo(now int64, req *limit.Request, want int64) (int64, limit.Decision) {
 	cost := req.EffectiveCost()
 	grant := max(want, cost)
 	for _, o := range m.eval(now, req, grant) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/guard"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
