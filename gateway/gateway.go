@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,9 +36,9 @@ func (r staticRules) Current() *rules.Set { return r.s }
 // Config configures a Limiter. The zero value is valid except for Rules.
 type Config struct {
 	// Store keeps the buckets. Nil means a new in-process store
-	// (memstore) reading time from Now. Wrap a store to add timeouts,
-	// breakers or local fallbacks: the Limiter only calls Take, or
-	// TakeSourced on a store that implements SourcedStore.
+	// (memstore) reading time from Now. pipeline.New builds the production
+	// stack over Redis (leases, deadlines, breakers, local fallbacks); the
+	// Limiter only calls Take, and reports each Decision's Source.
 	Store limit.Store
 	// Rules supplies the rule set for each request. Required; use
 	// StaticRules for a fixed set.
@@ -94,12 +95,14 @@ type Event struct {
 	Err error
 	// Duration is how long the store call took.
 	Duration time.Duration
-	// Source is the path that answered: the store's own answer (SourceMemory,
-	// SourceRedis, SourceStore), a leased token or remembered refusal
-	// (SourceLease, SourceRefusalCache), or this gateway's guess while the
-	// shared store cannot answer (SourceLocalFallback, SourceFailClosed).
-	// Never empty.
-	Source Source
+	// Source is the path that answered, as the store's Decision says:
+	// the store's own answer (limit.FromMemory, limit.FromRedis), a leased
+	// token or remembered refusal (limit.FromLease,
+	// limit.FromRefusalCache), this gateway's guess while the shared store
+	// cannot answer (limit.FromLocalFallback, limit.FromFailClosed), or a
+	// request shed while the gateway was too busy (limit.FromShed).
+	// SourceStore when the store did not say. Never empty.
+	Source limit.Source
 	// RulesVersion is the Version of the rule set the request was resolved
 	// against, which may no longer be the one in force when the call ends.
 	RulesVersion int64
@@ -109,9 +112,7 @@ type Event struct {
 // rule source and store it was given are shared by every request.
 type Limiter struct {
 	store                limit.Store
-	sourced              SourcedStore // store, if it names its sources; else nil
-	source               Source       // names every answer while sourced is nil
-	sampled              *sampler     // thins out the decision log
+	sampled              *sampler // thins out the decision log
 	rules                RuleSource
 	trustedProxies       []netip.Prefix
 	unknownKeysAsAddress bool
@@ -142,11 +143,6 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{Now: l.now})
-	}
-	if s, ok := l.store.(SourcedStore); ok {
-		l.sourced = s
-	} else {
-		l.source = fixedSource(l.store)
 	}
 	l.sampled = newSampler(logEvery)
 	for i, p := range cfg.TrustedProxies {
@@ -221,7 +217,7 @@ func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 	setRateHeaders(w.Header(), lim, &d)
 	if d.Allowed {
 		l.metrics.decision(outcomeAllowed, lim.Name, src)
-		if src == SourceLocalFallback {
+		if src == limit.FromLocalFallback {
 			l.logDecision(cl, slog.LevelInfo, "rate limit decision",
 				logLine{outcome: outcomeAllowed, limit: lim, rule: ruleAt(res.Rules, d.Index), source: src})
 		}
@@ -242,7 +238,7 @@ type call struct {
 }
 
 // take asks the store, under the configured timeout, and reports the call.
-func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow bool) (limit.Decision, Source, error) {
+func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow bool) (limit.Decision, limit.Source, error) {
 	ctx := cl.r.Context()
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
@@ -250,21 +246,8 @@ func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow boo
 		defer cancel()
 	}
 	start := time.Now()
-	var (
-		d   limit.Decision
-		src = l.source
-		err error
-	)
-	if l.sourced != nil {
-		var s string
-		d, s, err = l.sourced.TakeSourced(ctx, req)
-		src = Source(s)
-		if src == "" {
-			src = SourceStore
-		}
-	} else {
-		d, err = l.store.Take(ctx, req)
-	}
+	d, err := l.store.Take(ctx, req)
+	src := cmp.Or(d.Source, SourceStore)
 	if err == nil && (d.Index < 0 || d.Index >= len(req.Limits)) {
 		err = fmt.Errorf("store answered for limit %d of %d", d.Index, len(req.Limits))
 	}
@@ -278,17 +261,29 @@ func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow boo
 
 // storeFailed decides a request the store could not: it passes, unless one
 // of its limits (from rules rs) is a security limit that must fail closed.
-// A fail-closed refusal the store chose itself (SourceFailClosed: the guard
-// while Redis is down) is a decision, logged at info, and its d.RetryAfter
-// (when the guard next probes Redis) becomes the 503's Retry-After; any
-// other failure is an error.
-func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request, d *limit.Decision, rs []*rules.Rule, src Source, err error) error {
+// A fail-closed refusal the store chose itself (limit.FromFailClosed: the
+// guard while Redis is down) is a decision, logged at info, and its
+// d.RetryAfter (when the guard next probes Redis) becomes the 503's
+// Retry-After; any other failure is an error. A request the store shed
+// (limit.FromShed: the gateway too busy to get Redis's answer in time) gets
+// 503 whatever its limits, since passing it would hand the overload on and
+// guessing would be a silent switch to local limits.
+func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request, d *limit.Decision, rs []*rules.Rule, src limit.Source, err error) error {
 	l.metrics.storeError()
 	l.metrics.decision(outcomeError, "", src)
+	if src == limit.FromShed {
+		l.logDecision(cl, slog.LevelWarn, "gateway overloaded; request shed",
+			logLine{outcome: outcomeError, source: src, err: err})
+		e := newError(http.StatusServiceUnavailable, "the gateway is overloaded and could not check this request's rate limits in time", err)
+		wait := max(d.RetryAfter, time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
+		e.Problem.RetryAfterMillis = wait.Milliseconds()
+		return e
+	}
 	for i := range req.Limits {
 		if lim := &req.Limits[i]; lim.FailClosed {
 			level := slog.LevelError
-			if src == SourceFailClosed {
+			if src == limit.FromFailClosed {
 				level = slog.LevelInfo
 			}
 			l.logDecision(cl, level, "rate limit store failed; refusing under a fail-closed limit",
@@ -296,7 +291,7 @@ func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request
 			e := newError(http.StatusServiceUnavailable,
 				fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
 			e.Problem.Limit = lim.Name
-			if src == SourceFailClosed && d.RetryAfter > 0 {
+			if src == limit.FromFailClosed && d.RetryAfter > 0 {
 				w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
 				e.Problem.RetryAfterMillis = max(d.RetryAfter.Milliseconds(), 1)
 			}
@@ -313,7 +308,7 @@ type logLine struct {
 	outcome string
 	limit   *limit.Limit  // the limit that decided; nil when none did
 	rule    *rules.Rule   // the rule it came from; nil when unknown
-	source  Source        // the path that answered
+	source  limit.Source  // the path that answered
 	wait    time.Duration // a refusal's retry time
 	err     error         // the store's, for a failure
 }

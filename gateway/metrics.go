@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // Outcomes counted by the decisions metric.
@@ -58,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) decision(outcome, limitName string, src Source) {
+func (m *metrics) decision(outcome, limitName string, src limit.Source) {
 	if m != nil {
 		m.decisions.WithLabelValues(outcome, limitName, string(src)).Inc()
 	}

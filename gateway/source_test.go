@@ -26,23 +26,28 @@ import (
 // them.
 type sourcedStore struct {
 	*memstore.Store
-	source string
+	source limit.Source
 	err    error
 }
 
-var _ gateway.SourcedStore = (*sourcedStore)(nil)
-
-func (s *sourcedStore) TakeSourced(ctx context.Context, req *limit.Request) (limit.Decision, string, error) {
+func (s *sourcedStore) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	if s.err != nil {
-		return limit.Decision{}, s.source, s.err
+		return limit.Decision{Source: s.source}, s.err
 	}
 	d, err := s.Store.Take(ctx, req)
-	return d, s.source, err
+	d.Source = s.source
+	return d, err
 }
 
-// plainStore hides the store it wraps, so the Limiter cannot tell what it
-// is.
+// plainStore is a store that does not say where its answers come from, as
+// an embedding program's own store may not.
 type plainStore struct{ limit.Store }
+
+func (p plainStore) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	d, err := p.Store.Take(ctx, req)
+	d.Source = ""
+	return d, err
+}
 
 // sourceRules give every caller one request an hour, and a shadow limit,
 // so one caller's two requests make an allowed, a refused and two shadow
@@ -73,19 +78,19 @@ func TestEventsAndMetricsSayTheSource(t *testing.T) {
 	tests := []struct {
 		name  string
 		store func(now func() time.Time) limit.Store // nil: the default memstore
-		want  gateway.Source
+		want  limit.Source
 	}{
-		{"default memstore", nil, gateway.SourceMemory},
-		{"memstore given", func(now func() time.Time) limit.Store { return memstore.New(memstore.Config{Now: now}) }, gateway.SourceMemory},
+		{"default memstore", nil, limit.FromMemory},
+		{"memstore given", func(now func() time.Time) limit.Store { return memstore.New(memstore.Config{Now: now}) }, limit.FromMemory},
 		{"store that cannot say", func(now func() time.Time) limit.Store {
 			return plainStore{memstore.New(memstore.Config{Now: now})}
 		}, gateway.SourceStore},
 		{"sourced store: lease", func(now func() time.Time) limit.Store {
-			return &sourcedStore{Store: memstore.New(memstore.Config{Now: now}), source: "lease"}
-		}, gateway.SourceLease},
+			return &sourcedStore{Store: memstore.New(memstore.Config{Now: now}), source: limit.FromLease}
+		}, limit.FromLease},
 		{"sourced store: local fallback", func(now func() time.Time) limit.Store {
-			return &sourcedStore{Store: memstore.New(memstore.Config{Now: now}), source: "local-fallback"}
-		}, gateway.SourceLocalFallback},
+			return &sourcedStore{Store: memstore.New(memstore.Config{Now: now}), source: limit.FromLocalFallback}
+		}, limit.FromLocalFallback},
 		{"sourced store saying nothing", func(now func() time.Time) limit.Store {
 			return &sourcedStore{Store: memstore.New(memstore.Config{Now: now})}
 		}, gateway.SourceStore},
@@ -275,7 +280,7 @@ func TestDecisionLogIsSampledPerKey(t *testing.T) {
 
 func TestLocalFallbackAnswersAreLogged(t *testing.T) {
 	g := newTestGateway(t, logRules, func(c *gateway.Config) {
-		c.Store = &sourcedStore{Store: memstore.New(memstore.Config{Now: c.Now}), source: "local-fallback"}
+		c.Store = &sourcedStore{Store: memstore.New(memstore.Config{Now: c.Now}), source: limit.FromLocalFallback}
 	})
 	for range 3 {
 		g.do(t, "GET", "/", "X-API-Key", "sekrit_vip") // allowed twice, then refused

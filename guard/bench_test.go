@@ -16,7 +16,7 @@ import (
 func BenchmarkTake(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
-		remote guard.Remote
+		remote limit.Granter
 	}{
 		{"healthy", memstore.New(memstore.Config{})},
 		{"breaker open", down{}},

@@ -30,7 +30,7 @@ func Example() {
 	}
 	ctx := context.Background()
 	orders := &limit.Request{Key: "k:alice", Limits: []limit.Limit{{Name: "s", Count: 100, Period: time.Second}}}
-	a, _ := s.TakeUpTo(ctx, orders, 1)
+	_, a, _ := s.TakeUpTo(ctx, orders, 1)
 	fmt.Println(a.Allowed, a.Source, a.Remaining)
 
 	login := &limit.Request{Key: "k:alice", Limits: []limit.Limit{{Name: "login", Count: 5, Period: time.Minute, FailClosed: true}}}

@@ -1,21 +1,33 @@
 // Package guard keeps the API up when the shared store is slow or down.
 //
-// A [Store] wraps the shared store (Redis) as a limit.Store. Every call gets
-// a short deadline. A circuit breaker per shard opens after consecutive
-// failures, so that while a shard is down no request waits on it; after a
-// pause one probe call decides whether it is back. While a shard cannot
-// answer, its keys are limited in the gateway's own memory at this
-// gateway's share of each limit (slack / gateways, 2/N by default), so a
-// runaway client stays within about twice its limit across the fleet and
-// normal clients are rarely refused. A limit marked FailClosed (logins,
-// password resets, SMS) refuses instead, with an error wrapping
-// [ErrUnavailable].
+// A [Store] wraps any limit.Store (Redis in production) and is itself a
+// limit.Granter. Each node of the shared store has its own circuit breaker
+// when the store can say which node serves a key ([Nodes]); otherwise all
+// keys share one. A call that runs past a short deadline (5 ms) is judged
+// by what the node does, not by how long this process took: a store that
+// watches its connections ([Watcher]) says whether the node owes replies
+// and has sent nothing. Such a node has failed the call; one that is
+// answering means the call is queued in this process, so it waits on, up
+// to a bound (250 ms), and past it the request is shed ([ErrShed], source
+// limit.FromShed) rather than guessed locally. Connection errors count at
+// once; an error about one key's data (limit.ErrBadReply) fails only that
+// request.
 //
-// Every answer says where it came from ([Source]), so logs and metrics can
-// tell a shared decision from a local guess.
+// After consecutive failures a node's breaker opens, so that while the node
+// is down no request waits on it; after a pause one probe call decides
+// whether it is back. While a node cannot answer, its keys are limited in
+// this process's memory at its share of each limit (slack / gateways, 2/N
+// by default), so a runaway client stays within about twice its limit
+// across the fleet and normal clients are rarely refused. A limit marked
+// FailClosed (logins, password resets, SMS) refuses instead, with an error
+// wrapping [ErrUnavailable].
+//
+// Every Decision says where it came from (limit.Source), so logs and
+// metrics can tell a shared decision from a local guess.
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +35,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,59 +44,66 @@ import (
 	"github.com/sluice-rl/sluice/memstore"
 )
 
-// Source says which path answered a request.
-type Source string
-
-// The paths a decision can come from. Store answers with FromRedis,
-// FromLocalFallback and FromFailClosed; the lease store adds FromLease and
-// FromRefusalCache.
-const (
-	// FromRedis is the shared store's own decision.
-	FromRedis Source = "redis"
-	// FromLease is a token this gateway leased from the shared store earlier.
-	FromLease Source = "lease"
-	// FromRefusalCache is a refusal remembered from the shared store until
-	// its retry time.
-	FromRefusalCache Source = "refusal-cache"
-	// FromLocalFallback is the gateway's own share of the limit, enforced in
-	// memory while the key's shard cannot answer.
-	FromLocalFallback Source = "local-fallback"
-	// FromFailClosed is a refusal because a FailClosed limit could not be
-	// checked.
-	FromFailClosed Source = "fail-closed"
-)
-
 // ErrUnavailable is wrapped by the error of a request refused because one of
 // its limits fails closed and its shard cannot answer.
 var ErrUnavailable = errors.New("shared rate limit store unavailable")
 
-// Answer is a decision and where it came from.
-type Answer struct {
-	limit.Decision
-	// Granted is how many tokens were taken: the request's cost or more when
-	// allowed, zero when refused.
-	Granted int64
-	// Source is the path that decided.
-	Source Source
+// ErrShed is wrapped by the error of a request this process dropped because
+// it could not get the shared store's answer in time while the store was
+// answering: the process itself is overloaded. Its Decision's Source is
+// limit.FromShed and its RetryAfter a second.
+var ErrShed = errors.New("rate limit check shed: this process is too busy to get the shared store's answer in time")
+
+// Nodes is a shared store that can say which node serves a key, so that
+// each node gets a breaker of its own: redisstore.Store.
+type Nodes interface {
+	// Node names the node that holds key's limits.
+	Node(key string) string
 }
 
-// Remote is the shared store a Store guards: redisstore.Store in
-// production. Both calls must honour the context's deadline.
-type Remote interface {
-	limit.Store
-	TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error)
+// Refresher is a shared store that can re-read which node serves each key.
+type Refresher interface {
+	// RefreshNodes reads the node of every key again.
+	RefreshNodes(ctx context.Context) error
+}
+
+// Watcher is a shared store that can tell a node that stopped answering
+// from a process too busy to read its answers: redisstore.Store watches
+// the bytes on its connections to say so.
+type Watcher interface {
+	// Stalled reports whether node has owed replies for at least d while
+	// nothing arrived from it, or could not be connected to for that long.
+	// Replies that arrived and wait unread in this process do not count:
+	// they are this process's delay, not the node's.
+	Stalled(node string, d time.Duration) bool
 }
 
 // Config configures a Store. The zero value gives the defaults.
 type Config struct {
-	// Timeout bounds each call to the shared store. Zero means 5ms: a
-	// Redis call takes well under a millisecond, and waiting longer on
-	// every request would turn a slow shard into a slow API. A caller's
-	// own deadline that passes first while waiting on the shard counts as
-	// a timeout of the shard, the same as this one.
+	// Timeout is how long a call may wait on the shared store before the
+	// Store asks whether the call's node is answering. Zero means 5ms: a
+	// Redis call takes well under a millisecond. Past it the call waits on,
+	// checked again every half Timeout, while its node is merely slow or
+	// this process is busy; once the node has owed replies and sent
+	// nothing for DownAfter (Watcher.Stalled), it is down: its breaker
+	// opens at once and its calls are answered locally. A store that is
+	// not a Watcher cannot tell a slow node from a busy process: its calls
+	// fail at Timeout, and TripAfter failures in a row open the breaker.
 	Timeout time.Duration
-	// TripAfter is how many consecutive failures open a shard's breaker.
-	// Zero means 5.
+	// DownAfter is how long a node that owes replies must stay silent to be
+	// judged down. Zero means three times Timeout (15ms by default): long
+	// enough that a node's hiccup is waited out and decided by the node,
+	// short enough that no client waits long on a frozen one.
+	DownAfter time.Duration
+	// MaxQueue is how much longer than Timeout a call may wait while its
+	// node is answering, before the request is shed (ErrShed). Zero means
+	// 1s. A caller's own deadline that passes first ends the wait the
+	// same way: shed when the node is answering, a failure of the node
+	// when it is not.
+	MaxQueue time.Duration
+	// TripAfter is how many consecutive failed calls (errors, or timeouts
+	// of a store that is not a Watcher) open a shard's breaker. Zero means
+	// 5.
 	TripAfter int
 	// Pause is how long an open breaker answers locally before it lets one
 	// probe through. Zero means 2s.
@@ -100,21 +120,26 @@ type Config struct {
 	// shard's local fallback reads it once, at its first local answer, and
 	// keeps that size until a call to the shard succeeds again.
 	Fleet func() int
-	// Shard names the shard that holds key's limits: the Redis node serving
-	// its slot. One breaker serves each name. Nil puts every key in one
-	// shard.
+	// Shard names the shard that holds key's limits. One breaker serves
+	// each name. Nil means the remote's Node method when it is a [Nodes],
+	// else every key in one shard.
 	Shard func(key string) string
-	// Refresh, if set, re-reads which node serves each key (for Shard):
-	// redisstore.Store.RefreshNodes. The Store calls it in the background
-	// when a breaker opens and every RefreshEvery while any breaker is not
-	// closed, so that keys move to a promoted replica, under a closed
-	// breaker, as soon as the cluster has failed over.
+	// Refresh, if set, re-reads which node serves each key (for Shard).
+	// Nil means the remote's RefreshNodes when it is a [Refresher]. The
+	// Store calls it in the background when a breaker opens and every
+	// RefreshEvery while any breaker is not closed, so that keys move to a
+	// promoted replica, under a closed breaker, as soon as the cluster has
+	// failed over.
 	Refresh func(ctx context.Context) error
 	// RefreshEvery is how often Refresh runs while a breaker is open or
 	// half-open. Zero means 500ms.
 	RefreshEvery time.Duration
+	// Stalled reports whether a node stopped answering (see [Watcher]).
+	// Nil means the remote's Stalled method when it is a Watcher, else
+	// none: every call past Timeout fails.
+	Stalled func(node string, d time.Duration) bool
 	// Now returns the current time, for breakers and the local fallback.
-	// Nil means time.Now.
+	// Nil means time.Now. Deadlines always run on the real clock.
 	Now func() time.Time
 	// OnTransition, if set, is called after a shard's breaker changes state.
 	// It must not block and must not call the Store.
@@ -125,19 +150,33 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Store is a limit.Store that guards a shared store with deadlines,
-// per-shard breakers and a local fallback. It is safe for concurrent use.
-// With Config.Refresh it owns one goroutine, which Close stops.
+// Defaults of Config's zero fields.
+const (
+	DefaultTimeout   = 5 * time.Millisecond
+	DefaultMaxQueue  = time.Second
+	DefaultTripAfter = 5
+	DefaultPause     = 2 * time.Second
+	DefaultSlack     = 2
+)
+
+// Store is a limit.Granter that guards a shared store with deadlines,
+// per-node breakers and a local fallback. It is safe for concurrent use.
+// With a refresher (Config.Refresh, or a remote that is a Refresher) it
+// owns one goroutine, which Close stops.
 type Store struct {
-	remote       Remote
+	remote       limit.Store
+	granter      limit.Granter // remote, when it can grant up to N; else nil
 	local        *memstore.Store
 	timeout      time.Duration
+	downAfter    time.Duration
+	maxQueue     time.Duration
 	tripAfter    int
 	pause        time.Duration
 	slack        float64
 	gateways     int
 	fleet        func() int
 	shardOf      func(string) string
+	stalled      func(string, time.Duration) bool
 	now          func() time.Time
 	onTransition func(string, State, State, error)
 	log          *slog.Logger
@@ -149,8 +188,10 @@ type Store struct {
 	stop         context.CancelFunc // ends the refresher; nil without one
 	done         chan struct{}      // closed when the refresher has ended
 
-	mu     sync.Mutex
-	shards map[string]*shard // guarded by mu; never shrinks: one entry per node ever seen
+	// shards maps a shard's name to its *shard. It never shrinks: one
+	// entry per node ever seen. A sync.Map, so requests to different nodes
+	// never wait on each other's lock.
+	shards sync.Map
 }
 
 // shard is one shard's breaker and the lock that guards it.
@@ -167,16 +208,20 @@ type shard struct {
 	fleet int
 }
 
-var _ limit.Store = (*Store)(nil)
+var _ limit.Granter = (*Store)(nil)
 
 // New returns a Store guarding remote. It returns an error for a negative or
 // otherwise unusable Config field.
-func New(remote Remote, cfg Config) (*Store, error) {
+func New(remote limit.Store, cfg Config) (*Store, error) {
 	switch {
 	case remote == nil:
 		return nil, errors.New("guard: remote store is nil")
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("guard: timeout %v is negative", cfg.Timeout)
+	case cfg.DownAfter < 0:
+		return nil, fmt.Errorf("guard: down after %v is negative", cfg.DownAfter)
+	case cfg.MaxQueue < 0:
+		return nil, fmt.Errorf("guard: max queue %v is negative", cfg.MaxQueue)
 	case cfg.TripAfter < 0:
 		return nil, fmt.Errorf("guard: trip after %d failures: must not be negative", cfg.TripAfter)
 	case cfg.Pause < 0:
@@ -189,29 +234,22 @@ func New(remote Remote, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("guard: refresh every %v: must not be negative", cfg.RefreshEvery)
 	}
 	s := &Store{
-		remote: remote, timeout: cfg.Timeout, tripAfter: cfg.TripAfter, pause: cfg.Pause,
-		slack: cfg.Slack, gateways: cfg.Gateways, fleet: cfg.Fleet, shardOf: cfg.Shard,
-		now: cfg.Now, onTransition: cfg.OnTransition, log: cfg.Logger,
-		refresh: cfg.Refresh, refreshEvery: cfg.RefreshEvery,
-		shards: map[string]*shard{},
+		remote: remote, timeout: cmp.Or(cfg.Timeout, DefaultTimeout), maxQueue: cmp.Or(cfg.MaxQueue, DefaultMaxQueue),
+		tripAfter: cmp.Or(cfg.TripAfter, DefaultTripAfter), pause: cmp.Or(cfg.Pause, DefaultPause),
+		slack: cmp.Or(cfg.Slack, DefaultSlack), gateways: max(cfg.Gateways, 1), fleet: cfg.Fleet,
+		shardOf: cfg.Shard, stalled: cfg.Stalled, now: cfg.Now, onTransition: cfg.OnTransition, log: cfg.Logger,
+		refresh: cfg.Refresh, refreshEvery: cmp.Or(cfg.RefreshEvery, 500*time.Millisecond),
 	}
-	if s.refreshEvery == 0 {
-		s.refreshEvery = 500 * time.Millisecond
+	s.downAfter = cmp.Or(cfg.DownAfter, 3*s.timeout)
+	s.granter, _ = remote.(limit.Granter)
+	if n, ok := remote.(Nodes); ok && s.shardOf == nil {
+		s.shardOf = n.Node
 	}
-	if s.timeout == 0 {
-		s.timeout = 5 * time.Millisecond
+	if r, ok := remote.(Refresher); ok && s.refresh == nil {
+		s.refresh = r.RefreshNodes
 	}
-	if s.tripAfter == 0 {
-		s.tripAfter = 5
-	}
-	if s.pause == 0 {
-		s.pause = 2 * time.Second
-	}
-	if s.slack == 0 {
-		s.slack = 2
-	}
-	if s.gateways == 0 {
-		s.gateways = 1
+	if w, ok := remote.(Watcher); ok && s.stalled == nil {
+		s.stalled = w.Stalled
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -272,95 +310,225 @@ func (s *Store) refresher(ctx context.Context) {
 
 // anyOpen reports whether some shard's breaker is open or half-open.
 func (s *Store) anyOpen() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, sh := range s.shards {
+	open := false
+	s.shards.Range(func(_, v any) bool {
+		sh := v.(*shard)
 		sh.mu.Lock()
-		open := sh.b.state != Closed
+		open = sh.b.state != Closed
 		sh.mu.Unlock()
-		if open {
-			return true
-		}
-	}
-	return false
+		return !open
+	})
+	return open
 }
 
-// Take implements limit.Store. It returns an error only for an invalid
-// request, when ctx is done before the call or cancelled during it, or for
-// a FailClosed limit whose shard cannot answer (wrapping ErrUnavailable);
-// any other failure of the shared store, including ctx's deadline passing
-// while waiting on it, is answered by the local fallback.
+// Take implements limit.Store. The Decision's Source says which path
+// answered: limit.FromRedis (the remote's own answer, whatever store it
+// is), FromLocalFallback, FromFailClosed or FromShed. It returns an error
+// only for an invalid request; when ctx is done before the call or
+// cancelled during it; for a FailClosed limit whose shard cannot answer
+// (wrapping ErrUnavailable); for a request shed because this process could
+// not get the answer in time (wrapping ErrShed); and for an error the
+// remote answered about this request's own data (limit.ErrBadReply),
+// which says nothing against its node. Any other failure of the shared
+// store is answered by the local fallback.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	a, err := s.TakeUpTo(ctx, req, req.EffectiveCost())
-	return a.Decision, err
+	_, d, err := s.TakeUpTo(ctx, req, req.EffectiveCost())
+	return d, err
 }
 
-// TakeSourced is Take that also says where the answer came from, as the
-// string of a Source (FromRedis, FromLocalFallback, or FromFailClosed with
-// its error); it is empty when ctx ended first. It is what the gateway asks
-// of a store that can tell (gateway.SourcedStore).
-func (s *Store) TakeSourced(ctx context.Context, req *limit.Request) (limit.Decision, string, error) {
-	a, err := s.TakeUpTo(ctx, req, req.EffectiveCost())
-	return a.Decision, string(a.Source), err
-}
-
-// TakeUpTo takes between req's cost and want tokens, as the remote's
-// TakeUpTo does, and says where the answer came from. While the key's shard
-// cannot answer, the local fallback grants exactly the cost, from the
-// gateway's own share of each limit. On a fail-closed refusal the error wraps ErrUnavailable and
-// the Answer still names the limit that refused and the wait until the
-// shard is probed again.
-func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (Answer, error) {
+// TakeUpTo implements limit.Granter: it takes between req's cost and want
+// tokens, as the remote's TakeUpTo does (exactly the cost from a remote
+// that is not a Granter). While the key's shard cannot answer, the local
+// fallback grants exactly the cost, from the gateway's own share of each
+// limit. On a fail-closed refusal the error wraps ErrUnavailable and the
+// Decision still names the limit that refused and the wait until the shard
+// is probed again. Errors are as Take's.
+func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	if err := req.Validate(); err != nil {
-		return Answer{}, err
+		return 0, limit.Decision{}, err
 	}
-	cost := req.EffectiveCost()
-	want = max(want, cost)
 	if err := ctx.Err(); err != nil {
 		// Gone before the shard was asked: no verdict on it either way.
-		return Answer{}, fmt.Errorf("guard: %w", err)
+		return 0, limit.Decision{}, fmt.Errorf("guard: %w", err)
 	}
 	sh := s.shard(req.Key)
-
 	sh.mu.Lock()
 	call, probe := sh.b.admit(s.now())
 	sh.mu.Unlock()
 	if !call {
 		return s.fallback(sh, req, nil)
 	}
-
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	var (
-		granted int64
-		d       limit.Decision
-		err     error
-	)
-	if want == cost {
-		d, err = s.remote.Take(cctx, req)
-		if d.Allowed {
-			granted = cost
-		}
-	} else {
-		granted, d, err = s.remote.TakeUpTo(cctx, req, want)
-	}
-	cancel()
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-		// The caller cancelled (its client went away): that says nothing
-		// about the shard. A caller's deadline that passed while the shard
-		// kept it waiting is another matter: it is the shard being slow,
-		// counted below as a timeout like the guard's own deadline, or a
-		// caller deadline shorter than Timeout (gateway.Config.Timeout)
-		// would keep a hung shard's breaker closed forever.
+	granted, d, err, v := s.ask(ctx, sh, req, max(want, req.EffectiveCost()))
+	switch v {
+	case down:
+		s.trip(sh, err)
+		return s.fallback(sh, req, err)
+	case gaveUp, shed:
 		sh.mu.Lock()
 		sh.b.abandon(probe)
 		sh.mu.Unlock()
-		return Answer{}, fmt.Errorf("guard: %w", ctx.Err())
+		if v == gaveUp {
+			return 0, limit.Decision{}, fmt.Errorf("guard: %w", ctx.Err())
+		}
+		s.metrics.shed()
+		return 0, limit.Decision{RetryAfter: time.Second, Source: limit.FromShed},
+			fmt.Errorf("guard: shard %q: %w", sh.name, ErrShed)
+	case answered:
+		// The node answered, if not with a decision: that is this
+		// request's failure, not the node's.
+		s.record(sh, probe, nil)
+		return 0, limit.Decision{}, fmt.Errorf("guard: shard %q: %w", sh.name, err)
 	}
 	s.record(sh, probe, err)
 	if err != nil {
 		return s.fallback(sh, req, err)
 	}
-	return Answer{Decision: d, Granted: granted, Source: FromRedis}, nil
+	d.Source = limit.FromRedis
+	return granted, d, nil
+}
+
+// verdict is what one call to the remote says about its node.
+type verdict int
+
+const (
+	ok       verdict = iota // the remote decided, or failed: its error says
+	down                    // the node has been silent for DownAfter: it is down
+	answered                // the node answered, but not usably for this request
+	shed                    // the node was answering; this process was too slow
+	gaveUp                  // the caller cancelled: nothing is known
+)
+
+// Why a watchdog ended a call: the deadline of a store that cannot say
+// whether its node answers; the node silent for DownAfter, or its breaker
+// opened by other calls; the call waiting Timeout and MaxQueue out while
+// the node answered others. The first two wrap context.DeadlineExceeded:
+// for the remote, whose call they cancel, a deadline passed.
+var (
+	errDeadline = fmt.Errorf("guard: %w", context.DeadlineExceeded)
+	errDown     = fmt.Errorf("%w: the node owes replies and has sent nothing", context.DeadlineExceeded)
+	errQueued   = errors.New("waited too long in this process while the node answered")
+)
+
+// ask makes one call to the remote, watched: past Timeout the call waits
+// while its node answers or is merely slow, up to MaxQueue more, and ends
+// when the node is judged down.
+func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int64) (int64, limit.Decision, error, verdict) {
+	node := sh.name
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &watchdog{s: s, sh: sh, start: time.Now(), cancel: cancel}
+	t := time.AfterFunc(time.Duration(math.MaxInt64), w.fire)
+	w.timer.Store(t)
+	t.Reset(s.timeout)
+
+	var (
+		granted int64
+		d       limit.Decision
+		err     error
+	)
+	if cost := req.EffectiveCost(); want == cost || s.granter == nil {
+		d, err = s.remote.Take(cctx, req)
+		if err == nil && d.Allowed {
+			granted = cost
+		}
+	} else {
+		granted, d, err = s.granter.TakeUpTo(cctx, req, want)
+	}
+	w.done.Store(true)
+	t.Stop()
+	if w.waited.Load() {
+		s.metrics.queued(time.Since(w.start))
+	}
+	if err == nil {
+		return granted, d, nil, ok
+	}
+	switch cause := context.Cause(cctx); {
+	case errors.Is(cause, errDeadline):
+		return 0, d, fmt.Errorf("no answer in %v: %w (%w)", s.timeout, errDeadline, err), ok
+	case errors.Is(cause, errDown):
+		return 0, d, fmt.Errorf("guard: node %q down after %v: %w", node, time.Since(w.start).Round(time.Millisecond), errDown), down
+	case errors.Is(cause, errQueued):
+		return 0, d, err, shed
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller cancelled (its client went away): that says nothing
+		// about the shard.
+		return 0, d, err, gaveUp
+	case ctx.Err() != nil:
+		// The caller's own deadline passed first. A node that is not
+		// answering kept it waiting: that counts against the node, or a
+		// caller deadline shorter than Timeout would keep a hung node's
+		// breaker closed forever. One that is answering did not.
+		if s.stalled != nil && !s.stalled(node, min(s.downAfter, time.Since(w.start))) {
+			return 0, d, err, shed
+		}
+		return 0, d, err, ok
+	case errors.Is(err, limit.ErrBadReply):
+		return 0, d, err, answered
+	}
+	return 0, d, err, ok
+}
+
+// watchdog ends one remote call that runs past the Store's Timeout when
+// its node is down, or when it has waited MaxQueue more while its node
+// answered others.
+type watchdog struct {
+	s      *Store
+	sh     *shard
+	start  time.Time
+	cancel context.CancelCauseFunc
+	timer  atomic.Pointer[time.Timer] // set before the timer is armed
+	done   atomic.Bool                // the call has returned
+	waited atomic.Bool                // the call ran past Timeout with its node answering
+}
+
+// fire runs when the call has waited Timeout, and again every half
+// Timeout while it waits.
+func (w *watchdog) fire() {
+	if w.done.Load() {
+		return
+	}
+	s := w.s
+	switch {
+	case s.stalled == nil:
+		w.cancel(errDeadline)
+		return
+	case s.stalled(w.sh.name, s.downAfter):
+		w.cancel(errDown)
+		return
+	}
+	w.sh.mu.Lock()
+	open := w.sh.b.state != Closed
+	w.sh.mu.Unlock()
+	if open {
+		// Other calls found the node down meanwhile.
+		w.cancel(errDown)
+		return
+	}
+	if !s.stalled(w.sh.name, s.timeout/2) {
+		// The node is answering: this call waits in this process.
+		w.waited.Store(true)
+	}
+	left := s.timeout + s.maxQueue - time.Since(w.start)
+	if left <= 0 {
+		w.cancel(errQueued)
+		return
+	}
+	w.timer.Load().Reset(min(max(s.timeout/2, time.Microsecond), left))
+}
+
+// trip opens sh's breaker at once: its node has been silent for DownAfter
+// while owing replies, which no number of further calls needs to confirm.
+func (s *Store) trip(sh *shard, err error) {
+	now := s.now()
+	sh.mu.Lock()
+	from := sh.b.state
+	sh.b.open(now, err)
+	sh.b.probing = false
+	sh.mu.Unlock()
+	s.metrics.failure(sh.name, true)
+	if from != Open {
+		s.transitioned(sh, from, Open, err)
+	}
 }
 
 // record feeds a call's outcome to the shard's breaker and reports a change.
@@ -375,9 +543,14 @@ func (s *Store) record(sh *shard, probe bool, err error) {
 	if err != nil {
 		s.metrics.failure(sh.name, isTimeout(err))
 	}
-	if from == to {
-		return
+	if from != to {
+		s.transitioned(sh, from, to, err)
 	}
+}
+
+// transitioned reports a change of sh's breaker: metrics, the refresher,
+// the log and OnTransition.
+func (s *Store) transitioned(sh *shard, from, to State, err error) {
 	s.metrics.transition(sh.name, to)
 	if to == Open && s.kick != nil {
 		select {
@@ -401,7 +574,7 @@ func (s *Store) record(sh *shard, probe bool, err error) {
 // closed, else by the gateway's own share of each limit. cause is the
 // failure of this request's own call, nil when the breaker kept it from
 // calling.
-func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (Answer, error) {
+func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, limit.Decision, error) {
 	now := s.now()
 	for i := range req.Limits {
 		if l := &req.Limits[i]; l.FailClosed {
@@ -411,12 +584,12 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (Answer, er
 				cause = sh.b.cause
 			}
 			sh.mu.Unlock()
-			s.metrics.fallback(FromFailClosed, false)
-			a := Answer{Decision: limit.Decision{Index: i, RetryAfter: wait}, Source: FromFailClosed}
+			s.metrics.fallback(limit.FromFailClosed, false)
+			d := limit.Decision{Index: i, RetryAfter: wait, Source: limit.FromFailClosed}
 			if cause == nil {
-				return a, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w", l.Name, sh.name, ErrUnavailable)
+				return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w", l.Name, sh.name, ErrUnavailable)
 			}
-			return a, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w: %w", l.Name, sh.name, ErrUnavailable, cause)
+			return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w: %w", l.Name, sh.name, ErrUnavailable, cause)
 		}
 	}
 	sh.mu.Lock()
@@ -434,8 +607,9 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (Answer, er
 	// Exactly the cost: batches are for tokens from the shared store, and
 	// a local answer must read as one wherever it is spent.
 	granted, d := s.local.TakeUpToAt(now.UnixMilli(), &local, req.EffectiveCost())
-	s.metrics.fallback(FromLocalFallback, d.Allowed)
-	return Answer{Decision: d, Granted: granted, Source: FromLocalFallback}, nil
+	d.Source = limit.FromLocalFallback
+	s.metrics.fallback(limit.FromLocalFallback, d.Allowed)
+	return granted, d, nil
 }
 
 // fleetSize is the current number of gateways, at least 1.
@@ -453,26 +627,22 @@ func (s *Store) shard(key string) *shard {
 	if s.shardOf != nil {
 		name = s.shardOf(key)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sh := s.shards[name]
-	if sh == nil {
-		sh = &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}}
-		s.shards[name] = sh
+	if v, ok := s.shards.Load(name); ok {
+		return v.(*shard)
 	}
-	return sh
+	v, _ := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}})
+	return v.(*shard)
 }
 
 // Breaker reports the state of a shard's breaker, as of now: an open
 // breaker whose pause is over reads HalfOpen. A shard never called reads
 // Closed.
 func (s *Store) Breaker(shardName string) State {
-	s.mu.Lock()
-	sh := s.shards[shardName]
-	s.mu.Unlock()
-	if sh == nil {
+	v, ok := s.shards.Load(shardName)
+	if !ok {
 		return Closed
 	}
+	sh := v.(*shard)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.b.state == Open && !s.now().Before(sh.b.until) {

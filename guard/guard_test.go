@@ -79,9 +79,9 @@ func perSecond(rate, burst int64) []limit.Limit {
 	return []limit.Limit{{Name: "s", Count: rate, Period: time.Second, Burst: burst}}
 }
 
-func take(t *testing.T, s *guard.Store, req *limit.Request) guard.Answer {
+func take(t *testing.T, s *guard.Store, req *limit.Request) limit.Decision {
 	t.Helper()
-	a, err := s.TakeUpTo(context.Background(), req, req.EffectiveCost())
+	_, a, err := s.TakeUpTo(context.Background(), req, req.EffectiveCost())
 	if err != nil {
 		t.Fatalf("TakeUpTo(%q): %v", req.Key, err)
 	}
@@ -106,8 +106,8 @@ func TestBreakerPerShard(t *testing.T) {
 	remote.set("a", "error")
 
 	for i := range 3 {
-		if a := take(t, s, bad); !a.Allowed || a.Source != guard.FromLocalFallback {
-			t.Fatalf("request %d to the failing shard: got allowed %v from %s, want allowed from %s", i+1, a.Allowed, a.Source, guard.FromLocalFallback)
+		if a := take(t, s, bad); !a.Allowed || a.Source != limit.FromLocalFallback {
+			t.Fatalf("request %d to the failing shard: got allowed %v from %s, want allowed from %s", i+1, a.Allowed, a.Source, limit.FromLocalFallback)
 		}
 	}
 	if got := s.Breaker("a"); got != guard.Open {
@@ -115,11 +115,11 @@ func TestBreakerPerShard(t *testing.T) {
 	}
 	calls := remote.calls.Load()
 	for range 50 {
-		if a := take(t, s, bad); a.Source != guard.FromLocalFallback {
-			t.Fatalf("breaker open: got answer from %s, want %s", a.Source, guard.FromLocalFallback)
+		if a := take(t, s, bad); a.Source != limit.FromLocalFallback {
+			t.Fatalf("breaker open: got answer from %s, want %s", a.Source, limit.FromLocalFallback)
 		}
-		if a := take(t, s, good); a.Source != guard.FromRedis {
-			t.Fatalf("other shard while a is open: got answer from %s, want %s", a.Source, guard.FromRedis)
+		if a := take(t, s, good); a.Source != limit.FromRedis {
+			t.Fatalf("other shard while a is open: got answer from %s, want %s", a.Source, limit.FromRedis)
 		}
 	}
 	if got := remote.calls.Load() - calls; got != 50 {
@@ -141,11 +141,11 @@ func TestBreakerPerShard(t *testing.T) {
 
 	remote.set("a", "")
 	clk.Advance(2 * time.Second)
-	if a := take(t, s, bad); a.Source != guard.FromRedis {
-		t.Errorf("probe to a recovered shard: got answer from %s, want %s", a.Source, guard.FromRedis)
+	if a := take(t, s, bad); a.Source != limit.FromRedis {
+		t.Errorf("probe to a recovered shard: got answer from %s, want %s", a.Source, limit.FromRedis)
 	}
-	if a := take(t, s, bad); a.Source != guard.FromRedis {
-		t.Errorf("after a good probe: got answer from %s, want %s", a.Source, guard.FromRedis)
+	if a := take(t, s, bad); a.Source != limit.FromRedis {
+		t.Errorf("after a good probe: got answer from %s, want %s", a.Source, limit.FromRedis)
 	}
 	want := []string{"a:closed->open", "a:half-open->open", "a:half-open->closed"}
 	if strings.Join(transitions, " ") != strings.Join(want, " ") {
@@ -164,8 +164,8 @@ func TestTimeoutsOpenTheBreaker(t *testing.T) {
 	remote.set("a", "hang")
 	req := &limit.Request{Key: "a/alice", Limits: perSecond(100, 100)}
 	for range 40 {
-		if a := take(t, s, req); !a.Allowed || a.Source != guard.FromLocalFallback {
-			t.Fatalf("hanging shard: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, guard.FromLocalFallback)
+		if a := take(t, s, req); !a.Allowed || a.Source != limit.FromLocalFallback {
+			t.Fatalf("hanging shard: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, limit.FromLocalFallback)
 		}
 	}
 	for _, tc := range []struct {
@@ -203,14 +203,14 @@ func TestFailClosed(t *testing.T) {
 		limits []limit.Limit
 		err    bool
 		index  int
-		source guard.Source
+		source limit.Source
 	}{
-		{"fail-closed limit refuses", []limit.Limit{login}, true, 0, guard.FromFailClosed},
-		{"with an open limit beside it still refuses", []limit.Limit{open, login}, true, 1, guard.FromFailClosed},
-		{"open limits alone are limited locally", []limit.Limit{open}, false, 0, guard.FromLocalFallback},
+		{"fail-closed limit refuses", []limit.Limit{login}, true, 0, limit.FromFailClosed},
+		{"with an open limit beside it still refuses", []limit.Limit{open, login}, true, 1, limit.FromFailClosed},
+		{"open limits alone are limited locally", []limit.Limit{open}, false, 0, limit.FromLocalFallback},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, err := s.TakeUpTo(context.Background(), &limit.Request{Key: "a/alice", Limits: tc.limits}, 1)
+			_, a, err := s.TakeUpTo(context.Background(), &limit.Request{Key: "a/alice", Limits: tc.limits}, 1)
 			if got := errors.Is(err, guard.ErrUnavailable); got != tc.err {
 				t.Fatalf("got error %v, want one wrapping ErrUnavailable: %v", err, tc.err)
 			}
@@ -298,8 +298,8 @@ func TestFallbackFleetIsFixedPerOutage(t *testing.T) {
 	// Once the shard answers, the next outage reads the fleet again.
 	remote.set("a", "")
 	clk.Advance(time.Second)
-	if a := take(t, s, req); a.Source != guard.FromRedis {
-		t.Fatalf("after the pause: answer from %s, want %s", a.Source, guard.FromRedis)
+	if a := take(t, s, req); a.Source != limit.FromRedis {
+		t.Fatalf("after the pause: answer from %s, want %s", a.Source, limit.FromRedis)
 	}
 	n.Store(10)
 	remote.set("a", "error")
@@ -365,13 +365,13 @@ func TestCallerDeadlineIsATimeout(t *testing.T) {
 	allowed := 0
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
-		a, err := s.TakeUpTo(ctx, req, 1)
+		_, a, err := s.TakeUpTo(ctx, req, 1)
 		cancel()
 		if err != nil {
 			t.Fatalf("request %d: got error %v, want a local answer", i+1, err)
 		}
-		if a.Source != guard.FromLocalFallback {
-			t.Fatalf("request %d: got an answer from %s, want %s", i+1, a.Source, guard.FromLocalFallback)
+		if a.Source != limit.FromLocalFallback {
+			t.Fatalf("request %d: got an answer from %s, want %s", i+1, a.Source, limit.FromLocalFallback)
 		}
 		if a.Allowed {
 			allowed++
@@ -392,7 +392,7 @@ func TestNewRejects(t *testing.T) {
 	remote := newFlaky(time.Now)
 	for _, tc := range []struct {
 		name   string
-		remote guard.Remote
+		remote limit.Granter
 		cfg    guard.Config
 	}{
 		{"nil remote", nil, guard.Config{}},
@@ -495,8 +495,8 @@ func TestRefreshMovesKeys(t *testing.T) {
 	}
 	<-refreshed
 	remote.set("k", "")
-	if a := take(t, s, req); a.Source != guard.FromRedis {
-		t.Errorf("after the refresh: got answer from %s, want %s (the key's new node)", a.Source, guard.FromRedis)
+	if a := take(t, s, req); a.Source != limit.FromRedis {
+		t.Errorf("after the refresh: got answer from %s, want %s (the key's new node)", a.Source, limit.FromRedis)
 	}
 	// The breaker of a stays open, so the refresher keeps going until it
 	// is closed; Close stops it.

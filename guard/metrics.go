@@ -2,8 +2,11 @@ package guard
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // metrics are the guard's Prometheus collectors. A nil *metrics counts
@@ -14,6 +17,8 @@ type metrics struct {
 	timeouts  *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
+	shedded   prometheus.Counter
+	queue     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,8 +46,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "sluice", Subsystem: "guard", Name: "fallback_decisions_total",
 			Help: "Decisions made without the shared store: source local-fallback (allowed or refused by the gateway's own share of the limit) or fail-closed (refused).",
 		}, []string{"source", "outcome"}),
+		shedded: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "guard", Name: "shed_total",
+			Help: "Requests dropped (503, source shed) because this process could not get the shared store's answer within the deadline plus the max queue time, while the store was answering: the process is overloaded.",
+		}),
+		queue: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "sluice", Subsystem: "guard", Name: "queued_call_duration_seconds",
+			Help:    "How long shared-store calls took that ran past the deadline while their node was answering: time spent queued in this process, not in the store.",
+			Buckets: []float64{0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1},
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.state, m.opened, m.timeouts, m.errors, m.fallbacks} {
+	for _, c := range []prometheus.Collector{m.state, m.opened, m.timeouts, m.errors, m.fallbacks, m.shedded, m.queue} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("guard: register metrics: %w", err)
 		}
@@ -70,7 +84,19 @@ func (m *metrics) failure(shard string, timeout bool) {
 	}
 }
 
-func (m *metrics) fallback(src Source, allowed bool) {
+func (m *metrics) shed() {
+	if m != nil {
+		m.shedded.Inc()
+	}
+}
+
+func (m *metrics) queued(d time.Duration) {
+	if m != nil {
+		m.queue.Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) fallback(src limit.Source, allowed bool) {
 	if m == nil {
 		return
 	}

@@ -36,7 +36,7 @@ func BenchmarkDecide(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				req := &limit.Request{Key: fmt.Sprint("k:", tc.name), Limits: []limit.Limit{tc.l}}
 				for pb.Next() {
-					if _, err := s.Decide(context.Background(), req); err != nil {
+					if _, err := s.Take(context.Background(), req); err != nil {
 						b.Error(err)
 						return
 					}

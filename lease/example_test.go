@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
@@ -14,17 +13,17 @@ import (
 
 func Example() {
 	clk := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	// The shared store; in production a redisstore.Store.
+	// The store leases draw from: any limit.Granter. In production the
+	// guarded Redis store (pipeline.New builds it); here the in-process one.
 	shared := memstore.New(memstore.Config{Now: clk.Now})
-	g, _ := guard.New(shared, guard.Config{Now: clk.Now})
-	s, _ := lease.New(g, lease.Config{Gateways: 1, Now: clk.Now})
+	s, _ := lease.New(shared, lease.Config{Gateways: 1, Now: clk.Now})
 	defer s.Close()
 
 	// A client retrying in a loop against 10 a second: once the shared
 	// store has refused it, it is refused from memory until its retry time.
 	req := &limit.Request{Key: "k:runaway", Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second, Burst: 1}}}
 	for range 3 {
-		a, err := s.Decide(context.Background(), req)
+		a, err := s.Take(context.Background(), req)
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -32,11 +31,11 @@ func Example() {
 		fmt.Println(a.Allowed, a.Source, a.RetryAfter)
 	}
 	clk.Advance(100 * time.Millisecond)
-	a, _ := s.Decide(context.Background(), req)
+	a, _ := s.Take(context.Background(), req)
 	fmt.Println(a.Allowed, a.Source, a.RetryAfter)
 	// Output:
-	// true redis 0s
-	// false redis 100ms
+	// true memory 0s
+	// false memory 100ms
 	// false refusal-cache 100ms
-	// true redis 0s
+	// true memory 0s
 }

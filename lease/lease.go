@@ -44,16 +44,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
 )
-
-// Inner is the store leases are drawn from: guard.Store in production,
-// which answers from Redis or, while a shard is down, from the gateway's
-// own share of the limit.
-type Inner interface {
-	TakeUpTo(ctx context.Context, req *limit.Request, want int64) (guard.Answer, error)
-}
 
 // Config configures a Store. The zero value gives the defaults.
 type Config struct {
@@ -85,7 +77,7 @@ type Config struct {
 // refusals. It is safe for concurrent use. It owns the goroutines that
 // refill leases in the background; Close stops them.
 type Store struct {
-	inner     Inner
+	inner     limit.Granter
 	gateways  int
 	fleet     func() int
 	lookahead time.Duration
@@ -124,7 +116,7 @@ const shardCount = 64
 var _ limit.Store = (*Store)(nil)
 
 // New returns a Store drawing from inner.
-func New(inner Inner, cfg Config) (*Store, error) {
+func New(inner limit.Granter, cfg Config) (*Store, error) {
 	switch {
 	case inner == nil:
 		return nil, errors.New("lease: inner store is nil")
@@ -180,32 +172,17 @@ func (s *Store) Close() {
 	s.wg.Wait()
 }
 
-// Take implements limit.Store.
-func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	a, err := s.Decide(ctx, req)
-	return a.Decision, err
-}
-
-// TakeSourced is Take that also says where the answer came from, as the
-// string of the guard.Source that Decide reports. It is what the gateway
-// asks of a store that can tell (gateway.SourcedStore).
-func (s *Store) TakeSourced(ctx context.Context, req *limit.Request) (limit.Decision, string, error) {
-	a, err := s.Decide(ctx, req)
-	return a.Decision, string(a.Source), err
-}
-
-// Decide is Take that also says where the answer came from: a leased token
-// (guard.FromLease), a remembered refusal (guard.FromRefusalCache), or the
-// inner store's own answer and source. Errors are the inner store's,
-// including its fail-closed refusals; Answer.Granted is the request's cost
-// when allowed.
+// Take implements limit.Store. The Decision's Source says where the
+// answer came from: a leased token (limit.FromLease), a remembered refusal
+// (limit.FromRefusalCache), or the inner store's own answer and source.
+// Errors are the inner store's, including its fail-closed refusals.
 //
 // A lease-served answer's Remaining is the shared store's count at its last
 // grant plus the tokens this gateway still holds: the best it knows without
 // asking.
-func (s *Store) Decide(ctx context.Context, req *limit.Request) (guard.Answer, error) {
+func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	if err := req.Validate(); err != nil {
-		return guard.Answer{}, err
+		return limit.Decision{}, err
 	}
 	cost := req.EffectiveCost()
 	batch := s.batch(req)
@@ -221,11 +198,12 @@ func (s *Store) Decide(ctx context.Context, req *limit.Request) (guard.Answer, e
 		b.fetching = b.fetching || refill
 		dropped := b.takeDropped()
 		e.mu.Unlock()
-		s.metrics.served(guard.FromLease, dropped)
+		s.metrics.served(limit.FromLease, dropped)
 		if refill {
 			s.refill(e, req, size)
 		}
-		return guard.Answer{Decision: d, Granted: cost, Source: guard.FromLease}, nil
+		d.Source = limit.FromLease
+		return d, nil
 	}
 	// Leased tokens are already paid for, so only a request the lease
 	// cannot serve reads the refusal cache.
@@ -233,8 +211,9 @@ func (s *Store) Decide(ctx context.Context, req *limit.Request) (guard.Answer, e
 		d := b.deniedAt(now)
 		dropped := b.takeDropped()
 		e.mu.Unlock()
-		s.metrics.served(guard.FromRefusalCache, dropped)
-		return guard.Answer{Decision: d, Source: guard.FromRefusalCache}, nil
+		s.metrics.served(limit.FromRefusalCache, dropped)
+		d.Source = limit.FromRefusalCache
+		return d, nil
 	}
 	// Ask the shared store, with the few leased tokens left (fewer than the
 	// cost) set aside for this request. Only one batch per key is in
@@ -253,7 +232,7 @@ func (s *Store) Decide(ctx context.Context, req *limit.Request) (guard.Answer, e
 	s.metrics.asked(fetch, dropped)
 
 	one := limit.Request{Key: req.Key, Cost: need, Limits: req.Limits}
-	a, err := s.inner.TakeUpTo(ctx, &one, want)
+	granted, d, err := s.inner.TakeUpTo(ctx, &one, want)
 
 	now = s.now().UnixMilli()
 	e.mu.Lock()
@@ -261,24 +240,35 @@ func (s *Store) Decide(ctx context.Context, req *limit.Request) (guard.Answer, e
 	if fetch {
 		b.fetching = false
 	}
-	if err != nil || !a.Allowed {
+	if err != nil || !d.Allowed {
 		if reserved > 0 && now < reservedUntil {
 			b.tokens += reserved
 			b.expires = max(b.expires, reservedUntil)
 		}
-		if err == nil && a.Source == guard.FromRedis {
-			b.deny(now, cost, s.ttl, a.Decision)
+		if err == nil && shared(d.Source) {
+			b.deny(now, cost, s.ttl, d)
 		}
-		return a, err
+		return d, err
 	}
-	if extra := reserved + a.Granted - cost; extra > 0 {
-		b.add(now, extra, s.ttl, a.Decision)
-		a.Remaining += extra
+	if extra := reserved + granted - cost; extra > 0 {
+		b.add(now, extra, s.ttl, d)
+		d.Remaining += extra
 	} else {
-		b.last, b.lastAt = a.Decision, now
+		b.last, b.lastAt = d, now
 	}
-	a.Granted = cost
-	return a, nil
+	return d, nil
+}
+
+// shared reports whether an answer from src counts tokens every gateway
+// sees, so that its grants may be leased and its refusals remembered. A
+// local guess made while the shared store could not answer is neither: it
+// is one request's answer.
+func shared(src limit.Source) bool {
+	switch src {
+	case limit.FromLocalFallback, limit.FromFailClosed, limit.FromShed:
+		return false
+	}
+	return true
 }
 
 // refill fetches the next batch for e in the background, off the request
@@ -299,7 +289,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64) {
 	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits)}
 	go func() {
 		defer s.wg.Done()
-		a, err := s.inner.TakeUpTo(s.ctx, &r, want)
+		granted, d, err := s.inner.TakeUpTo(s.ctx, &r, want)
 		if err != nil {
 			// Spend what is left; the blocking path and the guard take over.
 			s.log.LogAttrs(s.ctx, slog.LevelDebug, "lease refill failed", slog.Any("error", err))
@@ -309,13 +299,13 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64) {
 		defer e.mu.Unlock()
 		e.b.fetching = false
 		switch {
-		case err != nil, a.Source != guard.FromRedis:
+		case err != nil, !shared(d.Source):
 			// A token from the local fallback is one request's answer, not
 			// a lease: dropping it errs under the limit, as leases do.
-		case a.Granted > 0:
-			e.b.add(now, a.Granted, s.ttl, a.Decision)
+		case granted > 0:
+			e.b.add(now, granted, s.ttl, d)
 		default:
-			e.b.deny(now, 1, s.ttl, a.Decision)
+			e.b.deny(now, 1, s.ttl, d)
 		}
 	}()
 }

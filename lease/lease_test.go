@@ -66,11 +66,11 @@ func (f *fleet) settle() {
 	}
 }
 
-func (f *fleet) decide(t *testing.T, i int, req *limit.Request) guard.Answer {
+func (f *fleet) decide(t *testing.T, i int, req *limit.Request) limit.Decision {
 	t.Helper()
-	a, err := f.stores[i%len(f.stores)].Decide(context.Background(), req)
+	a, err := f.stores[i%len(f.stores)].Take(context.Background(), req)
 	if err != nil {
-		t.Fatalf("Decide(%q): %v", req.Key, err)
+		t.Fatalf("Take(%q): %v", req.Key, err)
 	}
 	f.settle()
 	return a
@@ -221,7 +221,7 @@ func TestCallsPerRequest(t *testing.T) {
 					clk.Advance(time.Millisecond)
 				}
 				s := stores[i%3]
-				if _, err := s.Decide(context.Background(), req); err != nil {
+				if _, err := s.Take(context.Background(), req); err != nil {
 					t.Fatal(err)
 				}
 				s.wg.Wait()
@@ -239,25 +239,25 @@ func TestRefusalCache(t *testing.T) {
 	clk := limittest.NewClock(start)
 	f := newFleet(t, 1, clk.Now)
 	req := &limit.Request{Key: "k:runaway", Limits: []limit.Limit{bucket(10, 1)}}
-	if a := f.decide(t, 0, req); !a.Allowed || a.Source != guard.FromRedis {
-		t.Fatalf("first request: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, guard.FromRedis)
+	if a := f.decide(t, 0, req); !a.Allowed || a.Source != limit.FromRedis {
+		t.Fatalf("first request: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, limit.FromRedis)
 	}
 	a := f.decide(t, 0, req)
-	if a.Allowed || a.Source != guard.FromRedis || a.RetryAfter != 100*time.Millisecond {
-		t.Fatalf("second request: got allowed %v from %s retry %v, want refused from %s, retry 100ms", a.Allowed, a.Source, a.RetryAfter, guard.FromRedis)
+	if a.Allowed || a.Source != limit.FromRedis || a.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("second request: got allowed %v from %s retry %v, want refused from %s, retry 100ms", a.Allowed, a.Source, a.RetryAfter, limit.FromRedis)
 	}
 	calls := f.shared.calls.Load()
 	for _, tc := range []struct {
 		after   time.Duration
 		allowed bool
-		source  guard.Source
+		source  limit.Source
 		retry   time.Duration
 	}{
-		{0, false, guard.FromRefusalCache, 100 * time.Millisecond},
-		{40 * time.Millisecond, false, guard.FromRefusalCache, 60 * time.Millisecond},
-		{59 * time.Millisecond, false, guard.FromRefusalCache, time.Millisecond},
-		{time.Millisecond, true, guard.FromRedis, 0},
-		{0, false, guard.FromRedis, 100 * time.Millisecond},
+		{0, false, limit.FromRefusalCache, 100 * time.Millisecond},
+		{40 * time.Millisecond, false, limit.FromRefusalCache, 60 * time.Millisecond},
+		{59 * time.Millisecond, false, limit.FromRefusalCache, time.Millisecond},
+		{time.Millisecond, true, limit.FromRedis, 0},
+		{0, false, limit.FromRedis, 100 * time.Millisecond},
 	} {
 		clk.Advance(tc.after)
 		a := f.decide(t, 0, req)
@@ -270,12 +270,12 @@ func TestRefusalCache(t *testing.T) {
 		t.Errorf("5 requests, 3 within the retry time: %d shared-store calls, want 2", got)
 	}
 	cheaper := &limit.Request{Key: "k:runaway", Cost: 1, Limits: req.Limits}
-	if a := f.decide(t, 0, cheaper); a.Source != guard.FromRefusalCache {
-		t.Errorf("same key and limits: got answer from %s, want %s", a.Source, guard.FromRefusalCache)
+	if a := f.decide(t, 0, cheaper); a.Source != limit.FromRefusalCache {
+		t.Errorf("same key and limits: got answer from %s, want %s", a.Source, limit.FromRefusalCache)
 	}
 	other := &limit.Request{Key: "k:runaway", Limits: []limit.Limit{{Name: "t", Count: 1000, Period: time.Second}}}
-	if a := f.decide(t, 0, other); !a.Allowed || a.Source != guard.FromRedis {
-		t.Errorf("same key, other limits: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, guard.FromRedis)
+	if a := f.decide(t, 0, other); !a.Allowed || a.Source != limit.FromRedis {
+		t.Errorf("same key, other limits: got allowed %v from %s, want allowed from %s", a.Allowed, a.Source, limit.FromRedis)
 	}
 }
 
@@ -297,13 +297,13 @@ func TestLeaseExpires(t *testing.T) {
 		t.Fatalf("busy key: holds %d leased tokens, want some", got)
 	}
 	lowered := &limit.Request{Key: "k:busy", Limits: []limit.Limit{bucket(1, 1)}}
-	if a := f.decide(t, 0, lowered); a.Source == guard.FromLease {
+	if a := f.decide(t, 0, lowered); a.Source == limit.FromLease {
 		t.Errorf("lowered limit: got answer from %s, want a fresh check", a.Source)
 	}
 	clk.Advance(time.Second)
 	calls := f.shared.calls.Load()
-	if a := f.decide(t, 0, req); a.Source != guard.FromRedis {
-		t.Errorf("after the lease's second: got answer from %s, want %s (expired tokens are dropped)", a.Source, guard.FromRedis)
+	if a := f.decide(t, 0, req); a.Source != limit.FromRedis {
+		t.Errorf("after the lease's second: got answer from %s, want %s (expired tokens are dropped)", a.Source, limit.FromRedis)
 	}
 	if got := f.shared.calls.Load() - calls; got != 1 {
 		t.Errorf("after expiry: %d shared-store calls, want 1", got)
@@ -319,8 +319,8 @@ func TestQuietKeyIsExact(t *testing.T) {
 	for i := range 20 {
 		clk.Advance(150 * time.Millisecond)
 		a := f.decide(t, 0, req)
-		if a.Source != guard.FromRedis || a.Remaining != 100_000-1 {
-			t.Fatalf("request %d of a quiet key: got remaining %d from %s, want %d from %s", i+1, a.Remaining, a.Source, 100_000-1, guard.FromRedis)
+		if a.Source != limit.FromRedis || a.Remaining != 100_000-1 {
+			t.Fatalf("request %d of a quiet key: got remaining %d from %s, want %d from %s", i+1, a.Remaining, a.Source, 100_000-1, limit.FromRedis)
 		}
 	}
 }
@@ -355,7 +355,7 @@ func TestCloseStopsRefills(t *testing.T) {
 		}
 		req := &limit.Request{Key: "k", Limits: []limit.Limit{bucket(100, 100)}}
 		for range 60 {
-			if _, err := s.Decide(context.Background(), req); err != nil {
+			if _, err := s.Take(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -397,7 +397,7 @@ func TestErrorsPass(t *testing.T) {
 func TestNewRejects(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		inner Inner
+		inner limit.Granter
 		cfg   Config
 	}{
 		{"nil inner", nil, Config{}},
@@ -423,14 +423,22 @@ func (s *Store) held(req *limit.Request) int64 {
 
 type stub struct{}
 
-func (stub) TakeUpTo(_ context.Context, req *limit.Request, _ int64) (guard.Answer, error) {
-	return guard.Answer{Decision: limit.Decision{Allowed: true}, Granted: req.EffectiveCost(), Source: guard.FromRedis}, nil
+func (stub) Take(context.Context, *limit.Request) (limit.Decision, error) {
+	return limit.Decision{Allowed: true, Source: limit.FromRedis}, nil
+}
+
+func (stub) TakeUpTo(_ context.Context, req *limit.Request, _ int64) (int64, limit.Decision, error) {
+	return req.EffectiveCost(), limit.Decision{Allowed: true, Source: limit.FromRedis}, nil
 }
 
 type failing struct{ err error }
 
-func (f failing) TakeUpTo(context.Context, *limit.Request, int64) (guard.Answer, error) {
-	return guard.Answer{}, f.err
+func (f failing) Take(context.Context, *limit.Request) (limit.Decision, error) {
+	return limit.Decision{}, f.err
+}
+
+func (f failing) TakeUpTo(context.Context, *limit.Request, int64) (int64, limit.Decision, error) {
+	return 0, limit.Decision{}, f.err
 }
 
 // hanging grants what a request asks for at once and holds every
@@ -441,13 +449,18 @@ type hanging struct {
 	started chan struct{}
 }
 
-func (h *hanging) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (guard.Answer, error) {
+func (h *hanging) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	_, d, err := h.TakeUpTo(ctx, req, req.EffectiveCost())
+	return d, err
+}
+
+func (h *hanging) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	if ctx.Done() == nil {
-		return guard.Answer{Decision: limit.Decision{Allowed: true}, Granted: want, Source: guard.FromRedis}, nil
+		return want, limit.Decision{Allowed: true, Source: limit.FromRedis}, nil
 	}
 	h.refills.Add(1)
 	h.started <- struct{}{}
 	<-ctx.Done()
 	h.refills.Add(-1)
-	return guard.Answer{}, ctx.Err()
+	return 0, limit.Decision{}, ctx.Err()
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // metrics are the lease store's Prometheus collectors. A nil *metrics
@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) served(src guard.Source, dropped int64) {
+func (m *metrics) served(src limit.Source, dropped int64) {
 	if m == nil {
 		return
 	}

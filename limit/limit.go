@@ -296,6 +296,13 @@ const (
 	FromShed Source = "shed"
 )
 
+// ErrBadReply is wrapped by a store's error when the shared store answered,
+// but not with a usable decision: a key holding a value of another type, a
+// script error, a reply of the wrong shape. The store itself is up, so
+// layers that judge its health (guard) do not count it as an outage; the
+// request alone fails, under its limits' fail mode.
+var ErrBadReply = errors.New("the store answered with an unusable reply")
+
 // Store takes tokens from the limits of one key atomically. Implementations
 // are safe for concurrent use.
 type Store interface {

@@ -97,7 +97,9 @@ var (
 	// ErrReply is a Take that Redis answered, but with an error the store
 	// does not expect or a reply of the wrong shape: a bug, a script error,
 	// or a foreign value in one of the store's keys. It is not an outage.
-	ErrReply = errors.New("unexpected redis reply")
+	// It wraps limit.ErrBadReply, so layers that judge a node's health
+	// (guard) fail only the request.
+	ErrReply = fmt.Errorf("unexpected redis reply (%w)", limit.ErrBadReply)
 )
 
 // Store is a limit.Store in Redis. It is safe for concurrent use. It owns
@@ -113,7 +115,8 @@ type Store struct {
 
 	scratch sync.Pool // *scratch, reused by Take to build its command
 
-	topo atomic.Pointer[topology] // slot owners as last read; see NodeAddr
+	topo  atomic.Pointer[topology] // slot owners as last read; see NodeAddr
+	wires *wires                   // the client's connections, watched; see Stalled
 
 	stopRefresh context.CancelFunc // ends the refresh loop; nil without one
 	refreshDone chan struct{}      // closed when the refresh loop has ended
@@ -157,12 +160,15 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	w := &wires{}
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: cfg.Addrs,
 		Username:    cfg.Username,
 		Password:    cfg.Password,
 		ClientName:  "sluice",
 		Dialer:      net.Dialer{Timeout: orDefault(cfg.DialTimeout, defaultDialTimeout)},
+		// Watch each connection's bytes, for Stalled.
+		DialCtxFn: w.dial,
 		// Every read of a limit is also a write, so client-side caching
 		// would never hit; it only costs memory and tracking messages.
 		DisableCache: true,
@@ -186,6 +192,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		now:    cfg.Now,
 		log:    log,
 		seeds:  append([]string(nil), cfg.Addrs...),
+		wires:  w,
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -11,8 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/bench"
 	"github.com/sluice-rl/sluice/limit"
-	"github.com/sluice-rl/sluice/memstore"
-	"github.com/sluice-rl/sluice/redisstore"
+	"github.com/sluice-rl/sluice/pipeline"
 )
 
 // runBench measures decision latency and throughput: of a store (in-process,
@@ -29,6 +29,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxOps := fs.Int("max-ops", 5_000_000, "most requests each measurement sends")
 	keys := fs.Int("keys", 1000, "distinct API keys")
 	rate := fs.Int64("rate", 100, "store mode: each key's limit a second (burst twice that)")
+	bare := fs.Bool("bare", false, "with --redis: also measure the bare Redis store, without leases and guard, in the same run")
+	var pcfg pipeline.Config
+	addPipelineFlags(fs, &pcfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,23 +54,39 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return firstError(r)
 	}
-	var store limit.Store = memstore.New(memstore.Config{})
+	// The production stack, as the gateway builds it.
 	name := "in-process store"
 	if *redisAddrs != "" {
-		rs, err := redisstore.New(ctx, redisstore.Config{Addrs: strings.Split(*redisAddrs, ",")})
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
+		pcfg.Redis.Addrs = strings.Split(*redisAddrs, ",")
+		if pcfg.Gateways == 0 {
+			pcfg.Gateways = 1 // one process: say so, rather than warn
 		}
-		defer rs.Close()
-		store, name = rs, "redis "+*redisAddrs
+		name = "redis " + *redisAddrs + " (leases, guard, store"
+		if pcfg.NoLeases {
+			name = "redis " + *redisAddrs + " (guard, store"
+		}
+		name += ")"
 	}
+	p, err := pipeline.New(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer p.Close()
 	limits := []limit.Limit{
 		{Name: "s", Count: *rate, Period: time.Second, Burst: 2 * *rate},
 		{Name: "m", Count: 50 * *rate, Period: time.Minute},
 	}
-	r := bench.Run(ctx, cfg, bench.StoreOp(store, *keys, limits))
+	var base bench.Result
+	if *bare && p.Redis() != nil {
+		base = bench.Run(ctx, cfg, bench.StoreOp(p.Redis(), *keys, limits))
+		fmt.Fprintf(stdout, "bare redis store, %d keys, 2 limits each\n  %v\n", *keys, base)
+	}
+	r := bench.Run(ctx, cfg, bench.StoreOp(p, *keys, limits))
 	fmt.Fprintf(stdout, "%s, %d keys, 2 limits each\n  %v\n", name, *keys, r)
-	return firstError(r)
+	if base.Ops > 0 && r.Ops > 0 {
+		fmt.Fprintf(stdout, "throughput ratio against the bare store %.2f\n", r.Throughput()/base.Throughput())
+	}
+	return cmp.Or(firstError(base), firstError(r))
 }
 
 func firstError(r bench.Result) error {

@@ -16,7 +16,4 @@ const (
 	defaultListen          = "127.0.0.1:8080"
 	defaultShutdownTimeout = 30 * time.Second
 	defaultRulesName       = "built-in rules"
-	// defaultRedisTimeout is --redis-timeout's default, guard.Config's
-	// default Timeout, which --store-timeout must exceed.
-	defaultRedisTimeout = 5 * time.Millisecond
 )

@@ -8,13 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,11 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-rl/sluice/gateway"
-	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/rulesync"
-	"github.com/sluice-rl/sluice/lease"
-	"github.com/sluice-rl/sluice/limit"
-	"github.com/sluice-rl/sluice/redisstore"
+	"github.com/sluice-rl/sluice/pipeline"
 )
 
 // gatewayOptions are the gateway's command-line flags.
@@ -48,18 +42,7 @@ type gatewayOptions struct {
 	ReadTimeout     time.Duration // of a whole request, body included
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
-	Guard           guardOptions
-}
-
-// guardOptions tune what protects the API from Redis and Redis from busy
-// clients (see newGuardedStore). Zero values mean the packages' defaults.
-type guardOptions struct {
-	Gateways      int           // fleet size until the rules service tells it
-	RedisTimeout  time.Duration // deadline of each Redis call
-	BreakerTrip   int           // consecutive failures that open a shard's breaker
-	BreakerPause  time.Duration // how long an open breaker waits before a probe
-	FallbackSlack float64       // multiplier of each gateway's share in the local fallback
-	NoLeases      bool          // check every request in Redis: no leases, no refusal cache
+	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
 }
 
 // parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
@@ -119,12 +102,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.DurationVar(&opts.ReadTimeout, "read-timeout", opts.ReadTimeout, "how long a client may take to send a whole request, body included; 0 for no bound")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
-	fs.IntVar(&opts.Guard.Gateways, "gateways", 0, "`number` of gateways in the fleet, for leases and the local fallback, until the rules service reports it; 0 means 1")
-	fs.DurationVar(&opts.Guard.RedisTimeout, "redis-timeout", 0, "deadline of each Redis call, after which the request is limited locally; 0 means 5ms")
-	fs.IntVar(&opts.Guard.BreakerTrip, "breaker-failures", 0, "consecutive failed Redis calls that open a shard's circuit breaker; 0 means 5")
-	fs.DurationVar(&opts.Guard.BreakerPause, "breaker-pause", 0, "how long an open breaker limits its keys locally before probing the shard; 0 means 2s")
-	fs.Float64Var(&opts.Guard.FallbackSlack, "fallback-slack", 0, "while a shard is down each gateway enforces slack/gateways of a limit; 0 means 2")
-	fs.BoolVar(&opts.Guard.NoLeases, "no-leases", false, "check every request in Redis: no token leases for busy keys, no refusal cache")
+	addPipelineFlags(fs, &opts.Pipeline)
 	err := parseFlags(fs, args)
 	return opts, err
 }
@@ -138,7 +116,7 @@ func checkStoreTimeout(opts gatewayOptions) error {
 	if len(opts.Redis) == 0 || opts.StoreTimeout == 0 {
 		return nil
 	}
-	rt := cmp.Or(opts.Guard.RedisTimeout, defaultRedisTimeout)
+	rt := cmp.Or(opts.Pipeline.Timeout, pipeline.Defaults.Timeout)
 	if opts.StoreTimeout <= rt {
 		return fmt.Errorf("--store-timeout %v is not above --redis-timeout %v: with --redis, --redis-timeout bounds each Redis call "+
 			"(then the request is limited locally); set --store-timeout above it, or leave it unset", opts.StoreTimeout, rt)
@@ -175,37 +153,42 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// Last of all, after the requests in flight: their decisions go in the
 	// rules client's last report.
 	defer stopRules()
-	// The API's requests in flight. Shutdown stops accepting, waits for
-	// them, and only then closes the leases, the guard and Redis; requests
-	// that outlive even that keep the store open, since the process is
-	// about to exit anyway.
-	var handlers inflight
-	storeInUse := false
-	store, closeStore, err := newStore(ctx, opts, logger)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if !storeInUse {
-			closeStore()
-		}
-	}()
-
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	store, closeGuard, err := newGuardedStore(store, opts.Guard, src, logger, reg)
+	// The API's requests in flight. Shutdown stops accepting, waits for
+	// them, and only then closes the pipeline (leases, guard, Redis);
+	// requests that outlive even that keep it open, since the process is
+	// about to exit anyway.
+	var handlers inflight
+	storeInUse := false
+	pcfg := opts.Pipeline
+	pcfg.Redis.Addrs, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
+	pcfg.Fleet = fleetSize(src, opts.Region)
+	store, err := pipeline.New(ctx, pcfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("--redis: %w", err)
 	}
 	defer func() {
 		if !storeInUse {
-			closeGuard()
+			store.Close()
 		}
 	}()
+	if rs := store.Redis(); rs != nil {
+		mode := "standalone"
+		if rs.Cluster() {
+			mode = "cluster"
+		}
+		logger.LogAttrs(ctx, slog.LevelInfo, "counting in redis", slog.Any("addrs", opts.Redis), slog.String("mode", mode))
+	} else {
+		logger.LogAttrs(ctx, slog.LevelInfo, "counting in process; pass --redis to share limits between gateways")
+	}
 	onDecision, err := ruleSourceHooks(src, reg)
 	if err != nil {
 		return err
@@ -348,83 +331,20 @@ func (f *inflight) wait(d time.Duration) int {
 	return f.n
 }
 
-// The outermost stores newGuardedStore returns say where each answer came
-// from, for the gateway's metrics, decision log and OnDecision events.
-var (
-	_ gateway.SourcedStore = (*lease.Store)(nil)
-	_ gateway.SourcedStore = (*guard.Store)(nil)
-)
-
-// newGuardedStore wraps a Redis store for production: a deadline on every
-// call, a circuit breaker per Redis node with a local fallback at this
-// gateway's share of each limit (fail_mode closed limits refuse), and token
-// leases with a refusal cache on top. The fleet size comes from the rules
-// service when the gateway follows one, else from --gateways. Any other
-// store is returned as it is: in-process counts need no guarding. The
-// returned func stops the wrappers' background work.
-func newGuardedStore(store limit.Store, opts guardOptions, src gateway.RuleSource, logger *slog.Logger, reg prometheus.Registerer) (limit.Store, func(), error) {
-	rs, ok := store.(*redisstore.Store)
+// fleetSize returns how the gateway learns its fleet's size: from the
+// rules service when it follows one, counting only this region's gateways
+// when it has a region the service knows, else nil (--gateways).
+func fleetSize(src gateway.RuleSource, region string) func() int {
+	c, ok := src.(*rulesync.Client)
 	if !ok {
-		return store, func() {}, nil
+		return nil
 	}
-	if opts.Gateways < 0 {
-		return nil, nil, fmt.Errorf("--gateways %d: must not be negative", opts.Gateways)
-	}
-	var fleet func() int
-	if c, ok := src.(*rulesync.Client); ok {
-		fleet = func() int { return c.FleetSize().Total }
-	}
-	warmUp(rs, logger)
-	g, err := guard.New(rs, guard.Config{
-		Timeout: opts.RedisTimeout, TripAfter: opts.BreakerTrip, Pause: opts.BreakerPause, Slack: opts.FallbackSlack,
-		Gateways: opts.Gateways, Fleet: fleet,
-		Shard:   func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) },
-		Refresh: rs.RefreshNodes, Logger: logger, Registerer: reg,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis guard: %w", err)
-	}
-	if opts.NoLeases {
-		return g, g.Close, nil
-	}
-	l, err := lease.New(g, lease.Config{Gateways: opts.Gateways, Fleet: fleet, Logger: logger, Registerer: reg})
-	if err != nil {
-		g.Close()
-		return nil, nil, fmt.Errorf("leases: %w", err)
-	}
-	return l, func() { l.Close(); g.Close() }, nil
-}
-
-// warmUp runs the store's scripts once on every primary, under a generous
-// deadline, before the guard's short one applies: a node's first call loads
-// the script (NOSCRIPT, then its source, then compiling it), which can take
-// longer than the 5 ms a request waits. Its keys are not API keys or
-// addresses (those start "k:" or "ip:"), and their states expire at once.
-func warmUp(rs *redisstore.Store, logger *slog.Logger) {
-	nodes := map[string]bool{}
-	for slot := range uint16(16384) {
-		if n := rs.NodeAddr(slot); n != "" {
-			nodes[n] = false
+	return func() int {
+		f := c.FleetSize()
+		if n := f.Regions[region]; region != "" && n > 0 {
+			return n
 		}
-	}
-	warm := limit.Limit{Name: "warmup", Count: 1, Period: time.Millisecond}
-	for i := 0; i < 100_000 && slices.Contains(slices.Collect(maps.Values(nodes)), false); i++ {
-		key := "sluice-warmup-" + strconv.Itoa(i)
-		node := rs.NodeAddr(redisstore.Slot(key))
-		if done, ok := nodes[node]; !ok || done {
-			continue
-		}
-		nodes[node] = true
-		req := &limit.Request{Key: key, Limits: []limit.Limit{warm}}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := rs.Take(ctx, req)
-		if err == nil {
-			_, _, err = rs.TakeUpTo(ctx, req, 1)
-		}
-		cancel()
-		if err != nil {
-			logger.Warn("redis scripts not preloaded; the first requests may be limited locally", "node", node, "error", err)
-		}
+		return f.Total
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/pipeline"
+
 	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
@@ -83,7 +85,8 @@ func TestGatewayFlagDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := gatewayOptions{Listen: "127.0.0.1:8080", ReadTimeout: time.Minute, ShutdownTimeout: defaultShutdownTimeout}
+	want := gatewayOptions{Listen: "127.0.0.1:8080", ReadTimeout: time.Minute, ShutdownTimeout: defaultShutdownTimeout,
+		Pipeline: pipeline.Config{Timeout: 5 * time.Millisecond, DownAfter: 15 * time.Millisecond, MaxQueue: time.Second, TripAfter: 5, Pause: 2 * time.Second, Slack: 2}}
 	if fmt.Sprint(opts) != fmt.Sprint(want) {
 		t.Errorf("defaults %+v, want %+v", opts, want)
 	}

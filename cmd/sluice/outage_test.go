@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -15,9 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gateway"
-	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -68,11 +68,6 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 	// nothing a client sees but the source of the answers, which the
 	// metrics and the decision log name.
 	srv := redistest.Standalone(t)
-	rs, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Close)
 	set, err := rules.Parse("outage.yaml", []byte(outageRules))
 	if err != nil {
 		t.Fatal(err)
@@ -83,12 +78,15 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	// Long enough that a loaded machine never misses it while Redis
 	// answers; paid once, by the request that opens the breaker.
-	opts := guardOptions{RedisTimeout: 250 * time.Millisecond, BreakerTrip: 1, BreakerPause: time.Minute}
-	store, closeStore, err := newGuardedStore(rs, opts, src, logger, reg)
+	store, err := pipeline.New(t.Context(), pipeline.Config{
+		Redis:   redisstore.Config{Addrs: []string{srv.Addr()}},
+		Timeout: 250 * time.Millisecond, TripAfter: 1, Pause: time.Minute, Gateways: 1,
+		Logger: logger, Registerer: reg,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(closeStore)
+	t.Cleanup(store.Close)
 	lim, err := gateway.New(gateway.Config{Store: store, Rules: src, Logger: logger, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -136,8 +134,8 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{map[string]string{"outcome": "allowed", "limit": "s", "source": string(gateway.SourceLocalFallback)}, 5},
-		{map[string]string{"outcome": "error", "source": string(gateway.SourceFailClosed)}, 1},
+		{map[string]string{"outcome": "allowed", "limit": "s", "source": string(limit.FromLocalFallback)}, 5},
+		{map[string]string{"outcome": "error", "source": string(limit.FromFailClosed)}, 1},
 		{map[string]string{"source": "redis"}, 1},
 	} {
 		if got := decisionCount(t, reg, tt.labels); got != tt.want {
@@ -154,9 +152,9 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 			t.Fatalf("log line %q: %v", line, err)
 		}
 		switch m["source"] {
-		case string(gateway.SourceLocalFallback):
+		case string(limit.FromLocalFallback):
 			local++
-		case string(gateway.SourceFailClosed):
+		case string(limit.FromFailClosed):
 			closed++
 		}
 	}
@@ -165,24 +163,5 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 	}
 	if l := logs.String(); strings.Contains(l, "bravo") || strings.Contains(l, "charlie") {
 		t.Errorf("the log holds an API key:\n%s", logs)
-	}
-}
-
-func TestSourcesAgreeWithTheGuard(t *testing.T) {
-	// The guard and the lease store name their sources with guard.Source;
-	// the gateway reads them as gateway.Source.
-	for _, tt := range []struct {
-		guard guard.Source
-		gw    gateway.Source
-	}{
-		{guard.FromRedis, gateway.SourceRedis},
-		{guard.FromLease, gateway.SourceLease},
-		{guard.FromRefusalCache, gateway.SourceRefusalCache},
-		{guard.FromLocalFallback, gateway.SourceLocalFallback},
-		{guard.FromFailClosed, gateway.SourceFailClosed},
-	} {
-		if string(tt.guard) != string(tt.gw) {
-			t.Errorf("guard source %q, gateway source %q: want the same", tt.guard, tt.gw)
-		}
 	}
 }

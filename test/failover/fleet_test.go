@@ -31,13 +31,15 @@ type counting struct {
 	lastErr map[string]error // guarded by mu; the last failure by node
 }
 
-func (c *counting) count(node string, err error) {
+func (c *counting) count(ctx context.Context, node string, err error) {
 	c.calls.Add(1)
 	if err == nil {
 		return
 	}
 	c.failures.Add(1)
-	if errors.Is(err, redisstore.ErrTimeout) {
+	// The guard ends a call to a stalled node by cancelling it with a
+	// deadline as the cause.
+	if errors.Is(err, redisstore.ErrTimeout) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		c.timeouts.Add(1)
 	}
 	c.mu.Lock()
@@ -66,14 +68,14 @@ func (c *counting) shardFailures() map[string]int {
 func (c *counting) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	node := c.NodeAddr(redisstore.Slot(req.Key))
 	d, err := c.Store.Take(ctx, req)
-	c.count(node, err)
+	c.count(ctx, node, err)
 	return d, err
 }
 
 func (c *counting) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	node := c.NodeAddr(redisstore.Slot(req.Key))
 	g, d, err := c.Store.TakeUpTo(ctx, req, want)
-	c.count(node, err)
+	c.count(ctx, node, err)
 	return g, d, err
 }
 
@@ -104,11 +106,11 @@ type refresh struct {
 	err  error
 }
 
-func (g *gateway) decide(ctx context.Context, req *limit.Request) (guard.Answer, error) {
+func (g *gateway) decide(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	if g.lease != nil {
-		return g.lease.Decide(ctx, req)
+		return g.lease.Take(ctx, req)
 	}
-	return g.guard.TakeUpTo(ctx, req, req.EffectiveCost())
+	return g.guard.Take(ctx, req)
 }
 
 // history returns the breaker transitions the gateway saw so far.
@@ -200,7 +202,7 @@ type event struct {
 	took    time.Duration
 	gateway int
 	key     string
-	source  guard.Source
+	source  limit.Source
 	allowed bool
 	err     error
 }

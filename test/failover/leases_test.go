@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -48,7 +47,7 @@ func TestLeasesNeverOver(t *testing.T) {
 							t.Error(err)
 							return
 						}
-						if a.Source == guard.FromLocalFallback {
+						if a.Source == limit.FromLocalFallback {
 							t.Errorf("answer from %s: the guard fell back with nothing broken", a.Source)
 							return
 						}
@@ -99,7 +98,7 @@ func TestCallsPerRequest(t *testing.T) {
 			calls += g.redis.calls.Load()
 		}
 		for _, e := range events {
-			if e.err != nil || e.source == guard.FromLocalFallback {
+			if e.err != nil || e.source == limit.FromLocalFallback {
 				t.Fatalf("request failed or fell back with nothing broken: %v %s", e.err, e.source)
 			}
 			if !e.allowed {
@@ -138,7 +137,7 @@ func TestRefusalCache(t *testing.T) {
 	elapsed := time.Since(begin)
 	admitted := 0
 	for _, e := range events {
-		if e.err != nil || e.source == guard.FromLocalFallback {
+		if e.err != nil || e.source == limit.FromLocalFallback {
 			t.Fatalf("request failed or fell back with nothing broken: %v %s", e.err, e.source)
 		}
 		if e.allowed {

@@ -122,7 +122,7 @@ func TestKillPrimary(t *testing.T) {
 	}
 	victimKeys := map[string]bool{keys.steady.Key: true, keys.runaway.Key: true, keys.login.Key: true}
 	for _, e := range events {
-		if victimKeys[e.key] && (e.source == guard.FromLocalFallback || e.source == guard.FromFailClosed) && e.at.After(lastLocal) {
+		if victimKeys[e.key] && (e.source == limit.FromLocalFallback || e.source == limit.FromFailClosed) && e.at.After(lastLocal) {
 			lastLocal = e.at
 		}
 	}
@@ -158,7 +158,7 @@ func TestKillPrimary(t *testing.T) {
 		}
 		tl.total++
 		switch {
-		case e.source == guard.FromFailClosed:
+		case e.source == limit.FromFailClosed:
 			tl.failClosed++
 			if !errors.Is(e.err, guard.ErrUnavailable) {
 				t.Errorf("fail-closed answer for %s: got error %v, want one wrapping guard.ErrUnavailable", e.key, e.err)
@@ -168,7 +168,7 @@ func TestKillPrimary(t *testing.T) {
 		case !e.allowed:
 			tl.refused++
 		}
-		if e.source == guard.FromLocalFallback {
+		if e.source == limit.FromLocalFallback {
 			tl.local++
 			if e.allowed {
 				tl.allowedLocal++
@@ -239,7 +239,7 @@ func TestKillPrimary(t *testing.T) {
 	// and refilled from then on, so the span counts from the first.
 	var firstLocal, lastRunaway time.Time
 	for _, e := range events {
-		if e.key == keys.runaway.Key && e.source == guard.FromLocalFallback {
+		if e.key == keys.runaway.Key && e.source == limit.FromLocalFallback {
 			if firstLocal.IsZero() || e.at.Before(firstLocal) {
 				firstLocal = e.at
 			}

@@ -1,0 +1,156 @@
+// Package pipeline builds sluice's decision stack from one Config, the same
+// way for the sluice binary and for a Go program that embeds the limiter.
+//
+// With Redis addresses the stack is, from the request down:
+//
+//	lease.Store      busy keys spend tokens leased in batches; keys Redis
+//	                 refused are refused from memory until their retry time
+//	guard.Store      a deadline judged by the node's wire, a breaker per
+//	                 Redis node, the local fallback at slack/N of each limit,
+//	                 fail-closed refusals, and shedding when this process is
+//	                 too busy to read Redis's answers in time
+//	redisstore.Store one script per call on the key's node
+//
+// Without Redis it is the in-process memstore alone: exact for one process,
+// with nothing to guard or lease. Every Decision says which layer answered
+// (limit.Source).
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// Config configures a Pipeline. Every zero field means its default: the
+// guard's and the lease store's, which this package names in one place
+// (Defaults).
+type Config struct {
+	// Redis is how to reach the shared store. With no Addrs the pipeline
+	// counts in process (memstore) and the fields below but Logger do not
+	// apply.
+	Redis redisstore.Config
+	// The guard's settings, as guard.Config documents them: when a slow
+	// call's node is checked (Timeout, 5ms), how long a silent node takes
+	// to be judged down (DownAfter, 15ms), how long a call may queue in
+	// this process before it is shed (MaxQueue, 1s), the failures in a row
+	// that open a breaker (TripAfter, 5), how long it stays open (Pause,
+	// 2s), and the local fallback's slack (Slack, 2).
+	Timeout, DownAfter, MaxQueue, Pause time.Duration
+	TripAfter                           int
+	Slack                               float64
+	// Gateways is the fleet size until Fleet knows it. Zero means 1, with
+	// a warning: leases and outage shares are then sized for one gateway.
+	Gateways int
+	// Fleet, if set, reports the current fleet size (the rules service's
+	// count); below 1 means unknown.
+	Fleet func() int
+	// NoLeases checks every request in Redis: no leases, no refusal cache.
+	NoLeases bool
+	// Logger receives the layers' events. Nil discards.
+	Logger *slog.Logger
+	// Registerer receives the layers' metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Defaults are the values Config's zero fields stand for.
+var Defaults = struct {
+	Timeout, DownAfter, MaxQueue, Pause time.Duration
+	TripAfter                           int
+	Slack                               float64
+}{guard.DefaultTimeout, 3 * guard.DefaultTimeout, guard.DefaultMaxQueue, guard.DefaultPause, guard.DefaultTripAfter, guard.DefaultSlack}
+
+// Pipeline is the decision stack: a limit.Store whose Decisions say which
+// layer answered. It is safe for concurrent use; Close releases it.
+type Pipeline struct {
+	top     limit.Store
+	redis   *redisstore.Store // nil in process
+	closers []func()          // innermost last
+}
+
+var _ limit.Store = (*Pipeline)(nil)
+
+// New builds the stack cfg describes. With Redis it connects (bounded by
+// ctx and Redis.DialTimeout), loads the scripts on every node once, and
+// fails if no address answers.
+func New(ctx context.Context, cfg Config) (*Pipeline, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Redis.Addrs) == 0 {
+		return &Pipeline{top: memstore.New(memstore.Config{})}, nil
+	}
+	if cfg.Gateways < 0 {
+		return nil, fmt.Errorf("pipeline: %d gateways: must not be negative", cfg.Gateways)
+	}
+	if cfg.Fleet == nil && cfg.Gateways == 0 {
+		log.LogAttrs(ctx, slog.LevelWarn, "fleet size not given: leases and outage limits are sized for one gateway, "+
+			"so during a Redis outage every gateway allows twice each whole limit; pass --gateways N or follow the rules service (--rules-url)")
+	}
+	if cfg.Redis.Logger == nil {
+		cfg.Redis.Logger = log
+	}
+	rs, err := redisstore.New(ctx, cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{redis: rs, closers: []func(){rs.Close}}
+	g, err := guard.New(rs, guard.Config{
+		Timeout: cfg.Timeout, DownAfter: cfg.DownAfter, MaxQueue: cfg.MaxQueue, TripAfter: cfg.TripAfter, Pause: cfg.Pause, Slack: cfg.Slack,
+		Gateways: cfg.Gateways, Fleet: cfg.Fleet, Logger: log, Registerer: cfg.Registerer,
+	})
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	p.top, p.closers = g, append([]func(){g.Close}, p.closers...)
+	if cfg.NoLeases {
+		return p, nil
+	}
+	l, err := lease.New(g, lease.Config{Gateways: cfg.Gateways, Fleet: cfg.Fleet, Logger: log, Registerer: cfg.Registerer})
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	p.top, p.closers = l, append([]func(){l.Close}, p.closers...)
+	return p, nil
+}
+
+// Take implements limit.Store through every layer.
+func (p *Pipeline) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	return p.top.Take(ctx, req)
+}
+
+// Redis returns the Redis store at the bottom of the stack, or nil when the
+// pipeline counts in process. It is for operators' tools and tests (keys,
+// nodes); requests go through Take.
+func (p *Pipeline) Redis() *redisstore.Store { return p.redis }
+
+// Close stops the layers' background work and closes Redis connections,
+// outermost first, so that nothing still running calls a closed layer.
+// Close is idempotent.
+func (p *Pipeline) Close() {
+	cs := p.closers
+	p.closers = nil
+	for _, c := range cs {
+		c()
+	}
+}
+
+// ErrShed and ErrUnavailable are the errors of a shed request and of a
+// fail-closed limit whose Redis node cannot answer: guard's, for callers
+// that import only this package.
+var (
+	ErrShed        = guard.ErrShed
+	ErrUnavailable = guard.ErrUnavailable
+)

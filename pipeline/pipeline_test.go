@@ -1,0 +1,274 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/pipeline"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+func newPipeline(t *testing.T, cfg pipeline.Config) *pipeline.Pipeline {
+	t.Helper()
+	p, err := pipeline.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// calm is a Redis deadline no loaded test machine misses while Redis
+// answers, for tests of what the layers do rather than of outages: the
+// redis-server they start shares the machine's cores with every other test.
+const calm = time.Second
+
+// serverPID asks a redis-server for its process ID.
+func serverPID(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	v, err := srv.Do(t.Context(), "INFO", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := v.(string)
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(rest))
+			if err != nil {
+				t.Fatalf("INFO server: process_id %q: %v", rest, err)
+			}
+			return pid
+		}
+	}
+	t.Fatalf("INFO server has no process_id:\n%s", info)
+	return 0
+}
+
+func TestLayers(t *testing.T) {
+	srv := redistest.Standalone(t)
+	redis := redisstore.Config{Addrs: []string{srv.Addr()}}
+	quiet := limit.Limit{Name: "s", Count: 10, Period: time.Second}
+	busy := limit.Limit{Name: "s", Count: 100_000, Period: time.Second}
+	for _, tc := range []struct {
+		name     string
+		cfg      pipeline.Config
+		limits   []limit.Limit
+		requests int
+		want     map[limit.Source]int
+	}{
+		{"in process", pipeline.Config{}, []limit.Limit{quiet}, 12, map[limit.Source]int{limit.FromMemory: 12}},
+		{"quiet key in redis", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm}, []limit.Limit{quiet}, 10, map[limit.Source]int{limit.FromRedis: 10}},
+		{"refused key is cached", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm}, []limit.Limit{quiet}, 13, map[limit.Source]int{limit.FromRedis: 11, limit.FromRefusalCache: 2}},
+		{"busy key is leased", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm}, []limit.Limit{busy}, 200, nil},
+		{"no leases", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm, NoLeases: true}, []limit.Limit{busy}, 200, map[limit.Source]int{limit.FromRedis: 200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPipeline(t, tc.cfg)
+			if (p.Redis() != nil) != (len(tc.cfg.Redis.Addrs) > 0) {
+				t.Fatalf("Redis() = %v with addresses %v", p.Redis(), tc.cfg.Redis.Addrs)
+			}
+			req := &limit.Request{Key: "k:" + strings.ReplaceAll(t.Name(), "/", "-"), Limits: tc.limits}
+			got := map[limit.Source]int{}
+			for range tc.requests {
+				d, err := p.Take(t.Context(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[d.Source]++
+			}
+			if tc.want == nil {
+				// A busy key: after the first batch, leased tokens.
+				if got[limit.FromLease] < tc.requests/2 {
+					t.Errorf("sources %v: want most answers from %s", got, limit.FromLease)
+				}
+				return
+			}
+			for src, n := range tc.want {
+				if got[src] != n {
+					t.Errorf("sources %v, want %v", got, tc.want)
+					break
+				}
+			}
+		})
+	}
+}
+
+func TestWarnsWithoutFleetSize(t *testing.T) {
+	srv := redistest.Standalone(t)
+	for _, tc := range []struct {
+		name string
+		cfg  pipeline.Config
+		warn bool
+	}{
+		{"no size", pipeline.Config{}, true},
+		{"--gateways", pipeline.Config{Gateways: 3}, false},
+		{"rules service", pipeline.Config{Fleet: func() int { return 3 }}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			tc.cfg.Redis = redisstore.Config{Addrs: []string{srv.Addr()}}
+			tc.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			newPipeline(t, tc.cfg)
+			if got := strings.Contains(logs.String(), "fleet size not given"); got != tc.warn {
+				t.Errorf("warned %v, want %v; logs:\n%s", got, tc.warn, logs.String())
+			}
+		})
+	}
+	if _, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: -1}); err == nil {
+		t.Error("-1 gateways accepted")
+	}
+}
+
+// TestBusyGatewayKeepsSharedLimits saturates the process's scheduler (a
+// spinning goroutine per core) while three gateways' pipelines, with the
+// default deadline, race 24 clients for one key's 50 tokens on a healthy
+// Redis. Every answer must still come from Redis, a lease or the refusal
+// cache: no breaker opens, nothing is guessed locally, and exactly the
+// bucket's 50 requests pass.
+//
+// The spinning threads run at the lowest OS priority: they hold every Go
+// processor, as a gateway's own busy goroutines would, but they must not
+// take the CPU from the redis-server beside them, which in production runs
+// on machines of its own; for the same reason redis-server runs at a
+// raised priority, ahead of the other tests sharing the machine.
+func TestBusyGatewayKeepsSharedLimits(t *testing.T) {
+	srv := redistest.Standalone(t)
+	favour(t, serverPID(t, srv))
+	regs := make([]*prometheus.Registry, 3)
+	gws := make([]*pipeline.Pipeline, 3)
+	for i := range gws {
+		regs[i] = prometheus.NewRegistry()
+		gws[i] = newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: 3, Registerer: regs[i]})
+	}
+	stop := make(chan struct{})
+	var burners sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		burners.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			lowPriority(t)
+			x := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range 1_000_000 {
+					x += i
+				}
+			}
+		})
+	}
+	defer func() { close(stop); burners.Wait() }()
+
+	req := limit.Request{Key: "k:race", Limits: []limit.Limit{{Name: "h", Count: 50, Period: time.Hour}}}
+	var (
+		next    atomic.Int64
+		allowed atomic.Int64
+		mu      sync.Mutex
+		sources = map[limit.Source]int{}
+		errs    []error
+		clients sync.WaitGroup
+	)
+	for range 24 {
+		clients.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > 300 {
+					return
+				}
+				r := req
+				d, err := gws[i%3].Take(context.Background(), &r)
+				mu.Lock()
+				sources[d.Source]++
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+				if err == nil && d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	clients.Wait()
+	t.Logf("sources %v", sources)
+	if len(errs) > 0 {
+		t.Errorf("%d errors, first: %v", len(errs), errs[0])
+	}
+	for src, n := range sources {
+		switch src {
+		case limit.FromRedis, limit.FromLease, limit.FromRefusalCache:
+		default:
+			t.Errorf("%d answers from %q while Redis was healthy", n, src)
+		}
+	}
+	if got := allowed.Load(); got != 50 {
+		t.Errorf("allowed %d of 300 requests for a bucket of 50, want exactly 50", got)
+	}
+	for i, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_guard_breaker_opened_total" {
+				for _, m := range mf.GetMetric() {
+					if v := m.GetCounter().GetValue(); v > 0 {
+						t.Errorf("gateway %d: breaker opened %v times on a healthy Redis", i, v)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestStrayValueIsNotAnOutage puts a foreign value under one key's bucket
+// (WRONGTYPE for the script): that key's requests fail, and nothing else
+// does: the node's breaker stays closed, and another caller's fail-closed
+// limit on the same node is still decided by Redis.
+func TestStrayValueIsNotAnOutage(t *testing.T) {
+	srv := redistest.Standalone(t)
+	reg := prometheus.NewRegistry()
+	p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: 1, Timeout: calm, TripAfter: 2, Registerer: reg})
+	stray := limit.Request{Key: "k:stray", Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}}
+	if _, err := srv.Do(t.Context(), "HSET", p.Redis().RedisKey(stray.Key, &stray.Limits[0]), "not", "sluice"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		r := stray
+		_, err := p.Take(t.Context(), &r)
+		if !errors.Is(err, limit.ErrBadReply) {
+			t.Fatalf("request %d for the key with a stray value: error %v, want one wrapping limit.ErrBadReply", i+1, err)
+		}
+	}
+	login := limit.Request{Key: "k:other", Limits: []limit.Limit{{Name: "login", Count: 5, Period: time.Minute, FailClosed: true}}}
+	d, err := p.Take(t.Context(), &login)
+	if err != nil || !d.Allowed || d.Source != limit.FromRedis {
+		t.Fatalf("another caller's fail-closed login: %+v, %v; want allowed by redis", d, err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_guard_breaker_opened_total" {
+			t.Errorf("the breaker opened over one key's stray value: %v", mf)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// TestStalled freezes a real server (SIGSTOP) with a call in flight: the
+// node reads as stalled once it has owed the reply for the asked time, and
+// not before the freeze or after it answers again.
+func TestStalled(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newStore(t, redisstore.Config{Addrs: []string{srv.Addr()}})
+	req := &limit.Request{Key: "k:stall", Limits: []limit.Limit{perSecond("s", 1000, 1000)}}
+	node := s.Node(req.Key)
+	if node != srv.Addr() {
+		t.Fatalf("Node(%q) = %q, want the server %q", req.Key, node, srv.Addr())
+	}
+	take(t, s, req)
+	if s.Stalled(node, time.Millisecond) {
+		t.Fatal("a node that has answered every call reads as stalled")
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := s.Take(ctx, req); err != nil {
+			t.Errorf("take across the freeze: %v", err)
+		}
+	})
+	deadline := time.Now().Add(3 * time.Second)
+	for !s.Stalled(node, 20*time.Millisecond) {
+		if time.Now().After(deadline) {
+			srv.Cont()
+			wg.Wait()
+			t.Fatal("a frozen node owing a reply does not read as stalled after 3 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s.Stalled(node, time.Hour) {
+		t.Error("a node frozen for less than an hour reads as stalled for an hour")
+	}
+	if s.Stalled("127.0.0.1:1", time.Millisecond) {
+		t.Error("a node the store never talked to reads as stalled")
+	}
+	if err := srv.Cont(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if s.Stalled(node, time.Millisecond) {
+		t.Error("the node still reads as stalled after it answered")
+	}
+}
