@@ -183,8 +183,16 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 // Middleware is Check followed by WriteError or the next handler.
 func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	defer func() { l.metrics.observe(time.Since(start)) }()
+	err := l.check(w, r)
+	l.metrics.observe(time.Since(start))
+	return err
+}
 
+// requests recycles the limit.Request of each check: a store takes it by
+// pointer, so it would otherwise be allocated on every request.
+var requests = sync.Pool{New: func() any { return new(limit.Request) }}
+
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	set := l.rules.Current()
 	if set == nil {
 		return nil
@@ -194,24 +202,32 @@ func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ep, _ := set.Endpoint(r.Method, r.URL.Path)
-	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name})
+	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
 	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version}
 
 	// Shadow limits live under their own keys, so they can be checked at
 	// the same time as the enforced ones without either seeing the other.
-	var wg sync.WaitGroup
 	if len(res.Shadow) > 0 {
-		wg.Go(func() { l.shadow(cl, &res) })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.shadow(cl, &res)
+		}()
+		defer func() { <-done }()
 	}
-	defer wg.Wait()
 
 	if len(res.Limits) == 0 {
 		return nil
 	}
-	req := limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
-	d, src, err := l.take(cl, &req, res.Rules, false)
+	req := requests.Get().(*limit.Request)
+	*req = limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
+	defer func() {
+		*req = limit.Request{}
+		requests.Put(req)
+	}()
+	d, src, err := l.take(cl, req, res.Rules, false)
 	if err != nil {
-		return l.storeFailed(w, cl, &req, &d, res.Rules, src, err)
+		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
 	setRateHeaders(w.Header(), lim, &d)

@@ -46,33 +46,55 @@ func retryAfter(l *limit.Limit, d *limit.Decision) time.Duration {
 
 // setRateHeaders writes the caller's budget under limit l into h: the
 // draft's RateLimit-Policy and RateLimit structured fields and the common
-// X-RateLimit-* fields, and Retry-After when the request was refused.
+// X-RateLimit-* fields, and Retry-After when the request was refused. The
+// values share one string and one slice, so a response's headers cost two
+// allocations.
 func setRateHeaders(h http.Header, l *limit.Limit, d *limit.Decision) {
 	q, w := quota(l)
 	r := max(d.Remaining, 0)
 	t := ceilSeconds(d.ResetAfter)
-	name := sfString(l.Name)
 
-	buf := make([]byte, 0, 64)
-	buf = append(buf, name...)
+	var arr [128]byte
+	buf := arr[:0]
+	var ends [6]int
+	buf = appendSFString(buf, l.Name)
 	buf = append(buf, ";q="...)
 	buf = strconv.AppendInt(buf, q, 10)
 	buf = append(buf, ";w="...)
 	buf = strconv.AppendInt(buf, w, 10)
-	h["Ratelimit-Policy"] = []string{string(buf)}
-
-	buf = append(buf[:0], name...)
+	ends[0] = len(buf)
+	buf = appendSFString(buf, l.Name)
 	buf = append(buf, ";r="...)
 	buf = strconv.AppendInt(buf, r, 10)
 	buf = append(buf, ";t="...)
 	buf = strconv.AppendInt(buf, t, 10)
-	h["Ratelimit"] = []string{string(buf)}
-
-	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(q, 10)}
-	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(r, 10)}
-	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
+	ends[1] = len(buf)
+	buf = strconv.AppendInt(buf, q, 10)
+	ends[2] = len(buf)
+	buf = strconv.AppendInt(buf, r, 10)
+	ends[3] = len(buf)
+	buf = strconv.AppendInt(buf, t, 10)
+	ends[4] = len(buf)
+	n := 5
 	if !d.Allowed {
-		h["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(retryAfter(l, d)), 1), 10)}
+		buf = strconv.AppendInt(buf, max(ceilSeconds(retryAfter(l, d)), 1), 10)
+		ends[5] = len(buf)
+		n = 6
+	}
+	all := string(buf)
+	vals := make([]string, n)
+	start := 0
+	for i := range n {
+		vals[i] = all[start:ends[i]]
+		start = ends[i]
+	}
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
+	h["X-Ratelimit-Limit"] = vals[2:3:3]
+	h["X-Ratelimit-Remaining"] = vals[3:4:4]
+	h["X-Ratelimit-Reset"] = vals[4:5:5]
+	if n == 6 {
+		h["Retry-After"] = vals[5:6:6]
 	}
 }
 
@@ -81,10 +103,10 @@ func setRateHeaders(h http.Header, l *limit.Limit, d *limit.Decision) {
 // its budget.
 var rateHeaders = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
 
-// sfString quotes s as a structured-field String (RFC 9651): limit names
-// are printable ASCII, so only quote and backslash need escaping.
-func sfString(s string) string {
-	out := make([]byte, 0, len(s)+2)
+// appendSFString appends s quoted as a structured-field String (RFC
+// 9651): limit names are printable ASCII, so only quote and backslash need
+// escaping.
+func appendSFString(out []byte, s string) []byte {
 	out = append(out, '"')
 	for i := 0; i < len(s); i++ {
 		if s[i] == '"' || s[i] == '\\' {
@@ -92,5 +114,5 @@ func sfString(s string) string {
 		}
 		out = append(out, s[i])
 	}
-	return string(append(out, '"'))
+	return append(out, '"')
 }

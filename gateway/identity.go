@@ -24,6 +24,9 @@ type caller struct {
 	apiKey string
 	// key is the store key: the kind prefix and the API key or address.
 	key string
+	// info is the key's directory entry, when known says it has one.
+	info  rules.KeyInfo
+	known bool
 }
 
 // identify finds the caller of r: its API key, else its client address.
@@ -35,8 +38,9 @@ func (l *Limiter) identify(r *http.Request, set *rules.Set) (caller, error) {
 		return caller{}, err
 	}
 	if k != "" {
-		if _, known := set.Key(k); known || !l.unknownKeysAsAddress {
-			return caller{apiKey: k, key: keyPrefix + k}, nil
+		info, known := set.Key(k)
+		if known || !l.unknownKeysAsAddress {
+			return caller{apiKey: k, key: keyPrefix + k, info: info, known: known}, nil
 		}
 	}
 	return caller{key: addrPrefix + l.clientAddr(r)}, nil
@@ -50,7 +54,8 @@ func (l *Limiter) identify(r *http.Request, set *rules.Set) (caller, error) {
 // could send a fresh invented key beside the real one its upstream checks,
 // and get a fresh bucket each time.
 func apiKey(h http.Header) (string, error) {
-	xs, auths := h.Values("X-API-Key"), h.Values("Authorization")
+	// The canonical forms, so that no lookup canonicalizes (and allocates).
+	xs, auths := h["X-Api-Key"], h["Authorization"]
 	switch {
 	case len(xs) > 1:
 		return "", newError(http.StatusBadRequest, fmt.Sprintf("X-API-Key appears %d times; send one API key", len(xs)), nil)

@@ -296,3 +296,44 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveCached: keys on one plan share one cached resolution, and a
+// key with rules of its own, or an expiring override, still gets its own
+// answer at every time.
+func TestResolveCached(t *testing.T) {
+	set, err := rules.Parse("cache.yaml", []byte(`
+keys:
+  a: {plan: pro}
+  b: {plan: pro}
+  c: {plan: pro}
+rules:
+  - scope: plan
+    match: {plan: pro}
+    limits: [{name: s, rate: 100, per: 1s}]
+  - scope: key
+    match: {key: c}
+    limits: [{name: s, rate: 5, per: 1s}]
+    expires_at: 2030-01-01T00:00:00Z
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Date(2029, 12, 31, 23, 59, 59, 0, time.UTC)
+	after := before.Add(2 * time.Second)
+	ra := set.Resolve(before, rules.Query{APIKey: "a"})
+	rb := set.Resolve(before, rules.Query{APIKey: "b", LookedUp: true, Info: rules.KeyInfo{Plan: "pro"}, Known: true})
+	if &ra.Limits[0] != &rb.Limits[0] {
+		t.Error("two keys of one plan got separate resolutions: the cache is not shared")
+	}
+	for _, tc := range []struct {
+		at   time.Time
+		key  string
+		want int64
+	}{
+		{before, "c", 5}, {after, "c", 100}, {before, "c", 5}, {after, "a", 100}, {before, "a", 100},
+	} {
+		if got := set.Resolve(tc.at, rules.Query{APIKey: tc.key}).Limits[0].Count; got != tc.want {
+			t.Errorf("key %s at %v: rate %d, want %d", tc.key, tc.at, got, tc.want)
+		}
+	}
+}

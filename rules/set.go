@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -34,6 +35,27 @@ type Set struct {
 	// compiled rules, indexed by what they match.
 	byMatch map[matchKey][]compiled
 	ip      []compiled
+	// resolved caches Resolve's answers by resolveKey (*resolved values).
+	// It holds at most one entry per plan and endpoint, per key with key
+	// rules, and for requests without a key: bounded by the rules.
+	resolved sync.Map
+}
+
+// resolveKey is what a Resolution depends on, besides the time.
+type resolveKey struct {
+	ip       bool   // a request without an API key
+	plan     string // the key's plan; empty for unknown keys
+	key      string // the API key, only when key-scope rules name it
+	endpoint string
+}
+
+// resolved is a cached Resolution and the times it holds for: from when
+// it was made (a rule expired then stays expired) until the next expiry of
+// a rule among its candidates.
+type resolved struct {
+	res   Resolution
+	from  time.Time
+	until time.Time // zero: never
 }
 
 // matchKey is the index of a rule: its scope and match fields.
@@ -268,6 +290,13 @@ type Query struct {
 	APIKey string
 	// Endpoint is the endpoint's name from Endpoint; empty when none matched.
 	Endpoint string
+	// LookedUp says that Info and Known hold what Key returned for
+	// APIKey, so that Resolve does not look the key up again.
+	LookedUp bool
+	// Info is APIKey's directory entry, and Known whether it has one;
+	// read only when LookedUp.
+	Info  KeyInfo
+	Known bool
 }
 
 // Resolution is the limits that apply to one request.
@@ -320,7 +349,37 @@ func (s *Set) Key(apiKey string) (KeyInfo, bool) {
 // the most specific rule wins: a key's own override, then plan and endpoint,
 // then plan, then endpoint, then the default (for requests without an API
 // key, the ip rules stand in for the default). Expired rules do not apply.
+//
+// Answers are cached per plan, endpoint and (for keys with key rules) key
+// until the next rule expiry, so a request costs two map lookups. The
+// Resolution's slices are shared with every other request: read them,
+// never write to them.
 func (s *Set) Resolve(now time.Time, q Query) Resolution {
+	k := resolveKey{ip: q.APIKey == "", endpoint: q.Endpoint}
+	if !k.ip {
+		info, known := q.Info, q.Known
+		if !q.LookedUp {
+			info, known = s.keys[q.APIKey]
+		}
+		if known {
+			k.plan = info.Plan
+		}
+		if _, ok := s.byMatch[matchKey{scope: ScopeKey, key: q.APIKey}]; ok {
+			k.key = q.APIKey
+		}
+	}
+	if v, ok := s.resolved.Load(k); ok {
+		if r := v.(*resolved); !now.Before(r.from) && (r.until.IsZero() || now.Before(r.until)) {
+			return r.res
+		}
+	}
+	r := s.resolve(now, k)
+	s.resolved.Store(k, r)
+	return r.res
+}
+
+// resolve computes the Resolution for k at now.
+func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	var res Resolution
 	var cands [6][]compiled
 	n := 0
@@ -330,7 +389,7 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 			n++
 		}
 	}
-	if q.APIKey == "" {
+	if k.ip {
 		if len(s.ip) > 0 {
 			cands[n] = s.ip
 			n++
@@ -339,17 +398,19 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 		}
 	} else {
 		add(matchKey{scope: ScopeDefault})
-		if info, ok := s.keys[q.APIKey]; ok {
-			res.Plan = info.Plan
-			add(matchKey{scope: ScopePlan, plan: info.Plan})
-			if q.Endpoint != "" {
-				add(matchKey{scope: ScopePlan, plan: info.Plan, ep: q.Endpoint})
+		if k.plan != "" {
+			res.Plan = k.plan
+			add(matchKey{scope: ScopePlan, plan: k.plan})
+			if k.endpoint != "" {
+				add(matchKey{scope: ScopePlan, plan: k.plan, ep: k.endpoint})
 			}
 		}
-		add(matchKey{scope: ScopeKey, key: q.APIKey})
+		if k.key != "" {
+			add(matchKey{scope: ScopeKey, key: k.key})
+		}
 	}
-	if q.Endpoint != "" {
-		add(matchKey{scope: ScopeEndpoint, ep: q.Endpoint})
+	if k.endpoint != "" {
+		add(matchKey{scope: ScopeEndpoint, ep: k.endpoint})
 	}
 	// Merge by limit name, the most specific rule winning.
 	type pick struct {
@@ -378,11 +439,15 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 			*into = append(*into, pick{l, c.rule, spec})
 		}
 	}
+	var until time.Time
 	for _, cs := range cands[:n] {
 		for i := range cs {
 			c := &cs[i]
 			if !c.expires.IsZero() && !now.Before(c.expires) {
 				continue
+			}
+			if !c.expires.IsZero() && (until.IsZero() || c.expires.Before(until)) {
+				until = c.expires
 			}
 			if c.shadow {
 				merge(&shadow, c)
@@ -400,12 +465,12 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 		res.ShadowRules = append(res.ShadowRules, p.r)
 	}
 	res.Cost = 1
-	if q.Endpoint != "" {
+	if k.endpoint != "" {
 		for _, ep := range s.endpoints {
-			if ep.Name == q.Endpoint && ep.Cost > 0 {
+			if ep.Name == k.endpoint && ep.Cost > 0 {
 				res.Cost = ep.Cost
 			}
 		}
 	}
-	return res
+	return &resolved{res: res, from: now, until: until}
 }
