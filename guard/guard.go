@@ -419,7 +419,7 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	w := &watchdog{s: s, sh: sh, start: time.Now(), cancel: cancel}
 	t := time.AfterFunc(time.Duration(math.MaxInt64), w.fire)
 	w.timer.Store(t)
-	t.Reset(s.timeout)
+	w.arm(s.timeout)
 
 	var (
 		granted int64
@@ -477,8 +477,15 @@ type watchdog struct {
 	start  time.Time
 	cancel context.CancelCauseFunc
 	timer  atomic.Pointer[time.Timer] // set before the timer is armed
+	due    atomic.Int64               // when the timer should fire, as time.Since(start)
 	done   atomic.Bool                // the call has returned
 	waited atomic.Bool                // the call ran past Timeout with its node answering
+}
+
+// arm sets the timer to fire after d.
+func (w *watchdog) arm(d time.Duration) {
+	w.due.Store(int64(time.Since(w.start) + d))
+	w.timer.Load().Reset(d)
 }
 
 // fire runs when the call has waited Timeout, and again every half
@@ -488,32 +495,42 @@ func (w *watchdog) fire() {
 		return
 	}
 	s := w.s
-	switch {
-	case s.stalled == nil:
+	if s.stalled == nil {
 		w.cancel(errDeadline)
 		return
+	}
+	step := max(s.timeout/2, time.Microsecond)
+	left := s.timeout + s.maxQueue - time.Since(w.start)
+	if late := time.Since(w.start) - time.Duration(w.due.Load()); late > step && left > 0 {
+		// This process did not run for a while (the machine or its
+		// scheduler held it): the node's silence over that time may be
+		// ours too. Look again once running on time.
+		w.arm(min(step, left))
+		return
+	}
+	switch {
 	case s.stalled(w.sh.name, s.downAfter):
 		w.cancel(errDown)
 		return
 	}
 	w.sh.mu.Lock()
-	open := w.sh.b.state != Closed
+	open := w.sh.b.state == Open
 	w.sh.mu.Unlock()
 	if open {
-		// Other calls found the node down meanwhile.
+		// Other calls found the node down meanwhile. (A half-open
+		// breaker's probe is this call or another one: it decides.)
 		w.cancel(errDown)
 		return
 	}
-	if !s.stalled(w.sh.name, s.timeout/2) {
+	if !s.stalled(w.sh.name, step) {
 		// The node is answering: this call waits in this process.
 		w.waited.Store(true)
 	}
-	left := s.timeout + s.maxQueue - time.Since(w.start)
 	if left <= 0 {
 		w.cancel(errQueued)
 		return
 	}
-	w.timer.Load().Reset(min(max(s.timeout/2, time.Microsecond), left))
+	w.arm(min(step, left))
 }
 
 // trip opens sh's breaker at once: its node has been silent for DownAfter

@@ -23,7 +23,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	redisAddrs := fs.String("redis", "", "Redis address or cluster seeds, comma-separated; empty: the in-process store")
 	url := fs.String("url", "", "measure HTTP GETs of this URL (a gateway) instead of a store")
-	baseline := fs.String("baseline-url", "", "with --url: also measure this URL (the same upstream without the limiter)")
+	baseline := fs.String("baseline-url", "", "with --url: also measure this URL (the same upstream without the limiter, or a gateway counting in process)")
+	metricsURL := fs.String("metrics-url", "", "with --url: the gateway's /metrics, read before and after to report where its answers came from (the source label)")
 	concurrency := fs.Int("concurrency", 16, "goroutines issuing requests")
 	duration := fs.Duration("duration", 5*time.Second, "how long each measurement runs")
 	maxOps := fs.Int("max-ops", 5_000_000, "most requests each measurement sends")
@@ -46,8 +47,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			base = bench.Run(ctx, cfg, bench.HTTPOp(client, *baseline, *keys))
 			fmt.Fprintf(stdout, "baseline %s\n  %v\n", *baseline, base)
 		}
+		var before map[string]float64
+		if *metricsURL != "" {
+			var err error
+			if before, err = bench.Sources(ctx, client, *metricsURL); err != nil {
+				return fmt.Errorf("bench: --metrics-url: %w", err)
+			}
+		}
 		r := bench.Run(ctx, cfg, bench.HTTPOp(client, *url, *keys))
 		fmt.Fprintf(stdout, "limited  %s\n  %v\n", *url, r)
+		if *metricsURL != "" {
+			after, err := bench.Sources(ctx, client, *metricsURL)
+			if err != nil {
+				return fmt.Errorf("bench: --metrics-url: %w", err)
+			}
+			fmt.Fprintf(stdout, "  sources: %s\n", bench.Shares(before, after))
+		}
 		if *baseline != "" && base.Ops > 0 && r.Ops > 0 {
 			fmt.Fprintf(stdout, "added latency: p50 %v, p99 %v; throughput ratio %.2f\n",
 				r.P50-base.P50, r.P99-base.P99, r.Throughput()/base.Throughput())

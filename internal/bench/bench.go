@@ -7,15 +7,21 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sluice-rl/sluice/limit"
 )
@@ -177,4 +183,62 @@ func HTTPOp(client *http.Client, url string, keys int) Op {
 		}
 		return true, nil
 	}
+}
+
+// Sources reads a gateway's /metrics at url and returns its decisions so
+// far by source (the source label of sluice_gateway_decisions_total), so
+// that a run can report where its answers came from.
+func Sources(ctx context.Context, client *http.Client, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	out := map[string]float64{}
+	for _, m := range mfs["sluice_gateway_decisions_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "source" {
+				out[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out, nil
+}
+
+// Shares formats the decisions between two Sources readings as each
+// source's share of them: "redis 61.0%, lease 39.0%".
+func Shares(before, after map[string]float64) string {
+	total := 0.0
+	diff := map[string]float64{}
+	for src, n := range after {
+		if d := n - before[src]; d > 0 {
+			diff[src] = d
+			total += d
+		}
+	}
+	if total == 0 {
+		return "no decisions"
+	}
+	srcs := slices.Sorted(maps.Keys(diff))
+	slices.SortStableFunc(srcs, func(a, b string) int { return cmp.Compare(diff[b], diff[a]) })
+	var b strings.Builder
+	for i, src := range srcs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.1f%% (%.0f)", src, 100*diff[src]/total, diff[src])
+	}
+	return b.String()
 }

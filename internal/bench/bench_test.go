@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -55,5 +56,37 @@ func TestRunStopsAtDuration(t *testing.T) {
 		})
 	if r.Errors != 0 {
 		t.Errorf("ops cut short by the end of the run counted as %d errors, want 0", r.Errors)
+	}
+}
+
+func TestSources(t *testing.T) {
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n++
+		fmt.Fprintf(w, "# TYPE sluice_gateway_decisions_total counter\n"+
+			"sluice_gateway_decisions_total{limit=\"s\",outcome=\"allowed\",source=\"redis\"} %d\n"+
+			"sluice_gateway_decisions_total{limit=\"s\",outcome=\"refused\",source=\"redis\"} %d\n"+
+			"sluice_gateway_decisions_total{limit=\"s\",outcome=\"allowed\",source=\"lease\"} %d\n", 10*n, n, 5*n)
+	}))
+	defer srv.Close()
+	before, err := bench.Sources(context.Background(), srv.Client(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before["redis"] != 11 || before["lease"] != 5 {
+		t.Fatalf("sources %v, want redis 11 and lease 5", before)
+	}
+	after, err := bench.Sources(context.Background(), srv.Client(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bench.Shares(before, after), "redis 68.8% (11), lease 31.2% (5)"; got != want {
+		t.Errorf("Shares = %q, want %q", got, want)
+	}
+	if got := bench.Shares(after, after); got != "no decisions" {
+		t.Errorf("Shares of no change = %q", got)
+	}
+	if _, err := bench.Sources(context.Background(), srv.Client(), srv.URL+"/nothing\x7f"); err == nil {
+		t.Error("a bad URL read as metrics")
 	}
 }
