@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // assigned returns the snapshot gateway gw should run: the canary version
@@ -26,7 +26,7 @@ func (st *state) assigned(gw string) (sn *snap, canary bool) {
 func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	gw, region := q.Get("gateway"), q.Get("region")
-	if err := rulesync.CheckGatewayID(gw); err != nil {
+	if err := rulesapi.CheckGatewayID(gw); err != nil {
 		return badRequest("gateway", "%v", err)
 	}
 	if len(region) > 64 {
@@ -78,16 +78,16 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func setHeaders(w http.ResponseWriter, f rulesync.Fleet, canary bool) {
+func setHeaders(w http.ResponseWriter, f rulesapi.Fleet, canary bool) {
 	if b, err := json.Marshal(f); err == nil {
-		w.Header().Set(rulesync.FleetHeader, string(b))
+		w.Header().Set(rulesapi.FleetHeader, string(b))
 	}
-	w.Header().Set(rulesync.CanaryHeader, map[bool]string{false: "0", true: "1"}[canary])
+	w.Header().Set(rulesapi.CanaryHeader, map[bool]string{false: "0", true: "1"}[canary])
 }
 
 func writeSnapshot(w http.ResponseWriter, st *state, sn *snap, canary bool) error {
 	setHeaders(w, st.fleet, canary)
-	writeJSON(w, http.StatusOK, rulesync.Snapshot{Version: sn.version, Hash: sn.hash, Canary: canary,
+	writeJSON(w, http.StatusOK, rulesapi.Snapshot{Version: sn.version, Hash: sn.hash, Canary: canary,
 		Fleet: st.fleet, Document: sn.doc})
 	return nil
 }
@@ -116,11 +116,11 @@ const (
 // serveReport stores a gateway's counts: decisions per version for the
 // canary, and what shadow rules would have refused.
 func (s *Service) serveReport(w http.ResponseWriter, r *http.Request) error {
-	var rep rulesync.Report
+	var rep rulesapi.Report
 	if err := decode(r, &rep); err != nil {
 		return err
 	}
-	if err := rulesync.CheckGatewayID(rep.Gateway); err != nil {
+	if err := rulesapi.CheckGatewayID(rep.Gateway); err != nil {
 		return badRequest("gateway", "%v", err)
 	}
 	if len(rep.Versions) > maxReportVersions {

@@ -31,7 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // notifyChannel is the PostgreSQL channel every change is announced on. The
@@ -175,7 +175,7 @@ type state struct {
 	canary   *snap // nil when no canary runs
 	canaries map[string]bool
 	halted   int64 // newest halted version above stable; 0 for none
-	fleet    rulesync.Fleet
+	fleet    rulesapi.Fleet
 }
 
 // snap is one stored snapshot.
@@ -225,8 +225,8 @@ func (s *Service) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.adminRoutes(mux)
-	mux.Handle("GET "+rulesync.SnapshotPath, s.gateway(s.serveSnapshot))
-	mux.Handle("POST "+rulesync.ReportPath, s.gateway(s.serveReport))
+	mux.Handle("GET "+rulesapi.SnapshotPath, s.gateway(s.serveSnapshot))
+	mux.Handle("POST "+rulesapi.ReportPath, s.gateway(s.serveReport))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.pool.Ping(r.Context()); err != nil {
 			writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "database unreachable"})
@@ -408,13 +408,13 @@ func (s *Service) snapshot(ctx context.Context, v int64, old *state) (*snap, err
 	return sn, nil
 }
 
-func (s *Service) countFleet(ctx context.Context) (rulesync.Fleet, error) {
+func (s *Service) countFleet(ctx context.Context) (rulesapi.Fleet, error) {
 	rows, err := s.pool.Query(ctx, `SELECT region, count(*) FROM gateways
 		WHERE last_seen > now() - make_interval(secs => $1) GROUP BY region`, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
-		return rulesync.Fleet{}, fmt.Errorf("count fleet: %w", err)
+		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
 	}
-	f := rulesync.Fleet{Regions: map[string]int{}}
+	f := rulesapi.Fleet{Regions: map[string]int{}}
 	var region string
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&region, &n}, func() error {
@@ -423,7 +423,7 @@ func (s *Service) countFleet(ctx context.Context) (rulesync.Fleet, error) {
 		return nil
 	})
 	if err != nil {
-		return rulesync.Fleet{}, fmt.Errorf("count fleet: %w", err)
+		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
 	}
 	return f, nil
 }

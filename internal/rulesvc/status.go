@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // ShadowRule is what one shadow rule would have refused, summed over the
@@ -15,7 +15,7 @@ import (
 type ShadowRule struct {
 	Rule        int64               `json:"rule"`
 	WouldRefuse int64               `json:"would_refuse"`
-	TopKeys     []rulesync.KeyCount `json:"top_keys"`
+	TopKeys     []rulesapi.KeyCount `json:"top_keys"`
 }
 
 // shadowReport answers GET /admin/v1/shadow?since=DURATION (default 24h):
@@ -36,7 +36,7 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		return fmt.Errorf("read shadow hits: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ShadowRule, error) {
-		sr := ShadowRule{TopKeys: []rulesync.KeyCount{}}
+		sr := ShadowRule{TopKeys: []rulesapi.KeyCount{}}
 		err := row.Scan(&sr.Rule, &sr.WouldRefuse)
 		return sr, err
 	})
@@ -57,7 +57,7 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		at[sr.Rule] = i
 	}
 	var id int64
-	var kc rulesync.KeyCount
+	var kc rulesapi.KeyCount
 	_, err = pgx.ForEachRow(rows, []any{&id, &kc.Key, &kc.Count}, func() error {
 		if i, ok := at[id]; ok {
 			out[i].TopKeys = append(out[i].TopKeys, kc)
@@ -150,7 +150,7 @@ func (s *Service) fleet(w http.ResponseWriter, r *http.Request, _ string) error 
 	if err != nil {
 		return fmt.Errorf("read gateways: %w", err)
 	}
-	f := rulesync.Fleet{Total: len(gws), Regions: map[string]int{}}
+	f := rulesapi.Fleet{Total: len(gws), Regions: map[string]int{}}
 	for _, g := range gws {
 		f.Regions[g.Region]++
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
@@ -382,7 +383,7 @@ func TestShadowRulesAreReportedNotEnforced(t *testing.T) {
 		mustCall(t, base, "GET", "/admin/v1/shadow?since=1h", nil, 200, &got)
 		return len(got.Rules) == 1 && got.Rules[0].WouldRefuse == 9
 	})
-	want := []rulesync.KeyCount{{Key: "key_a", Count: 8}, {Key: "key_b", Count: 1}}
+	want := []rulesapi.KeyCount{{Key: "key_a", Count: 8}, {Key: "key_b", Count: 1}}
 	if sr := got.Rules[0]; sr.Rule != shadow.After.ID || fmt.Sprint(sr.TopKeys) != fmt.Sprint(want) {
 		t.Errorf("got rule %d top keys %v, want rule %d and %v", sr.Rule, sr.TopKeys, shadow.After.ID, want)
 	}

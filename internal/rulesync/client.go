@@ -28,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -40,7 +41,7 @@ type Config struct {
 	// one.
 	Token string
 	// Gateway identifies this gateway to the service: the canary is chosen
-	// among gateway IDs, and the fleet counts them. See CheckGatewayID.
+	// among gateway IDs, and the fleet counts them. See rulesapi.CheckGatewayID.
 	Gateway string
 	// Region is the gateway's region, for the fleet counts.
 	Region string
@@ -77,7 +78,7 @@ type Client struct {
 
 	set         atomic.Pointer[rules.Set]
 	canary      atomic.Bool
-	fleet       atomic.Pointer[Fleet]
+	fleet       atomic.Pointer[rulesapi.Fleet]
 	lastContact atomic.Int64 // Unix nanoseconds of the last answer, or of the cached snapshot
 	ready       chan struct{}
 	readyOnce   sync.Once
@@ -96,7 +97,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("rulesync: URL %q: want an http or https URL with a host", cfg.URL)
 	}
-	if err := CheckGatewayID(cfg.Gateway); err != nil {
+	if err := rulesapi.CheckGatewayID(cfg.Gateway); err != nil {
 		return nil, fmt.Errorf("rulesync: %w", err)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -126,7 +127,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, base: base, log: cfg.Logger, now: cfg.Now, ready: make(chan struct{})}
 	c.counts.versions = map[int64]*versionCount{}
 	c.counts.shadow = map[shadowID]*shadowCount{}
-	c.fleet.Store(&Fleet{})
+	c.fleet.Store(&rulesapi.Fleet{})
 	c.metrics = newMetrics(c)
 	if cfg.Registerer != nil {
 		if err := c.Register(cfg.Registerer); err != nil {
@@ -158,9 +159,9 @@ func (c *Client) Ready() <-chan struct{} { return c.ready }
 // FleetSize returns how many gateways the service last said are
 // subscribed, in total and per region. It is zero until the service has
 // answered once.
-func (c *Client) FleetSize() Fleet {
+func (c *Client) FleetSize() rulesapi.Fleet {
 	f := c.fleet.Load()
-	out := Fleet{Total: f.Total, Regions: make(map[string]int, len(f.Regions))}
+	out := rulesapi.Fleet{Total: f.Total, Regions: make(map[string]int, len(f.Regions))}
 	for r, n := range f.Regions {
 		out.Regions[r] = n
 	}
@@ -224,7 +225,7 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	defer cancel()
 	q := url.Values{"after": {strconv.FormatInt(c.version(), 10)}, "gateway": {c.cfg.Gateway},
 		"region": {c.cfg.Region}, "wait": {c.cfg.Wait.String()}}
-	u := c.base.JoinPath(SnapshotPath)
+	u := c.base.JoinPath(rulesapi.SnapshotPath)
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -244,7 +245,7 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	default:
 		return fmt.Errorf("poll: %s", describe(resp))
 	}
-	var sn Snapshot
+	var sn rulesapi.Snapshot
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sn); err != nil {
 		return fmt.Errorf("poll: decode snapshot: %w", err)
 	}
@@ -270,7 +271,7 @@ func (c *Client) pollOnce(ctx context.Context) error {
 }
 
 // compile turns a snapshot into a rule set, checking its hash.
-func compile(sn *Snapshot) (*rules.Set, error) {
+func compile(sn *rulesapi.Snapshot) (*rules.Set, error) {
 	var doc rules.Document
 	if err := json.Unmarshal(sn.Document, &doc); err != nil {
 		return nil, fmt.Errorf("snapshot %d: decode document: %w", sn.Version, err)
@@ -287,7 +288,7 @@ func compile(sn *Snapshot) (*rules.Set, error) {
 
 // swap makes set the one in force: one atomic store, so a request sees the
 // old set or the new one, never a mix.
-func (c *Client) swap(set *rules.Set, canary bool, fleet *Fleet) {
+func (c *Client) swap(set *rules.Set, canary bool, fleet *rulesapi.Fleet) {
 	c.set.Store(set)
 	c.canary.Store(canary)
 	if fleet != nil {
@@ -302,19 +303,19 @@ func (c *Client) swap(set *rules.Set, canary bool, fleet *Fleet) {
 // state it carried.
 func (c *Client) contact(h http.Header) {
 	c.lastContact.Store(c.now().UnixNano())
-	if v := h.Get(CanaryHeader); v != "" {
+	if v := h.Get(rulesapi.CanaryHeader); v != "" {
 		c.canary.Store(v == "1")
 		c.metrics.canary.Set(map[bool]float64{false: 0, true: 1}[v == "1"])
 	}
-	if v := h.Get(FleetHeader); v != "" {
-		var f Fleet
+	if v := h.Get(rulesapi.FleetHeader); v != "" {
+		var f rulesapi.Fleet
 		if err := json.Unmarshal([]byte(v), &f); err == nil {
 			c.setFleet(f)
 		}
 	}
 }
 
-func (c *Client) setFleet(f Fleet) {
+func (c *Client) setFleet(f rulesapi.Fleet) {
 	c.fleet.Store(&f)
 	c.metrics.fleet.Set(float64(f.Total))
 }
@@ -340,8 +341,8 @@ func describe(resp *http.Response) string {
 
 // cacheFile is what the cache file holds.
 type cacheFile struct {
-	Snapshot Snapshot  `json:"snapshot"`
-	SavedAt  time.Time `json:"saved_at"`
+	Snapshot rulesapi.Snapshot `json:"snapshot"`
+	SavedAt  time.Time         `json:"saved_at"`
 }
 
 func (c *Client) loadCache() error {
@@ -371,7 +372,7 @@ func (c *Client) loadCache() error {
 // saveCache writes the snapshot to a temporary file in the cache's
 // directory and renames it over the cache, so a crash leaves the old file
 // or the new one, never half of one.
-func (c *Client) saveCache(sn *Snapshot) error {
+func (c *Client) saveCache(sn *rulesapi.Snapshot) error {
 	b, err := json.Marshal(cacheFile{Snapshot: *sn, SavedAt: c.now().UTC()})
 	if err != nil {
 		return err

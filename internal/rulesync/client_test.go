@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -26,9 +27,9 @@ import (
 // this one breaks in ways that one should not.
 type fakeService struct {
 	mu           sync.Mutex
-	snap         rulesync.Snapshot // guarded by mu
+	snap         rulesapi.Snapshot // guarded by mu
 	status       int               // non-zero: answer polls with this; guarded by mu
-	reports      []rulesync.Report // guarded by mu
+	reports      []rulesapi.Report // guarded by mu
 	reportStatus int               // non-zero: refuse reports with this; guarded by mu
 	polls        int               // guarded by mu
 	changed      chan struct{}     // closed on each change; guarded by mu
@@ -56,10 +57,10 @@ func (f *fakeService) set(t *testing.T, version int64, doc rules.Document) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.setSnapshot(rulesync.Snapshot{Version: version, Hash: set.Hash, Fleet: rulesync.Fleet{Total: 3, Regions: map[string]int{"eu": 2, "us": 1}}, Document: raw})
+	f.setSnapshot(rulesapi.Snapshot{Version: version, Hash: set.Hash, Fleet: rulesapi.Fleet{Total: 3, Regions: map[string]int{"eu": 2, "us": 1}}, Document: raw})
 }
 
-func (f *fakeService) setSnapshot(sn rulesync.Snapshot) {
+func (f *fakeService) setSnapshot(sn rulesapi.Snapshot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snap = sn
@@ -77,8 +78,8 @@ func (f *fakeService) fail(status int) {
 
 func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case rulesync.ReportPath:
-		var rep rulesync.Report
+	case rulesapi.ReportPath:
+		var rep rulesapi.Report
 		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -92,7 +93,7 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.reports = append(f.reports, rep)
 		w.WriteHeader(http.StatusNoContent)
 		return
-	case rulesync.SnapshotPath:
+	case rulesapi.SnapshotPath:
 	default:
 		http.NotFound(w, r)
 		return
@@ -239,12 +240,12 @@ func TestKeepsRulesWhileServiceFails(t *testing.T) {
 		{"errors", func() { f.fail(http.StatusInternalServerError) }},
 		{"damaged snapshot", func() {
 			f.fail(0)
-			f.setSnapshot(rulesync.Snapshot{Version: 9, Hash: "0000", Document: json.RawMessage(`{"rules":[]}`)})
+			f.setSnapshot(rulesapi.Snapshot{Version: 9, Hash: "0000", Document: json.RawMessage(`{"rules":[]}`)})
 		}},
 		{"snapshot that does not compile", func() {
-			f.setSnapshot(rulesync.Snapshot{Version: 10, Hash: "x", Document: json.RawMessage(`{"rules":[{"scope":"planet","limits":[]}]}`)})
+			f.setSnapshot(rulesapi.Snapshot{Version: 10, Hash: "x", Document: json.RawMessage(`{"rules":[{"scope":"planet","limits":[]}]}`)})
 		}},
-		{"not JSON", func() { f.setSnapshot(rulesync.Snapshot{Version: 11, Document: json.RawMessage(`"x"`)}) }},
+		{"not JSON", func() { f.setSnapshot(rulesapi.Snapshot{Version: 11, Document: json.RawMessage(`"x"`)}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // Bounds on what one report interval keeps, so a flood of distinct keys
@@ -96,11 +97,11 @@ func (cs *counts) addShadow(id shadowID, key string, n int64) {
 }
 
 // take empties the counts into a report.
-func (cs *counts) take() []VersionReport {
+func (cs *counts) take() []rulesapi.VersionReport {
 	cs.mu.Lock()
 	shadow := cs.shadow
 	cs.shadow = map[shadowID]*shadowCount{}
-	byVersion := map[int64]*VersionReport{}
+	byVersion := map[int64]*rulesapi.VersionReport{}
 	for v, vc := range cs.versions {
 		// Refused first: a request counted between the two swaps then
 		// lands in this report's requests and the next one's refusals,
@@ -111,20 +112,20 @@ func (cs *counts) take() []VersionReport {
 			delete(cs.versions, v)
 			continue
 		}
-		byVersion[v] = &VersionReport{Version: v, Requests: req, Refused: min(ref, req)}
+		byVersion[v] = &rulesapi.VersionReport{Version: v, Requests: req, Refused: min(ref, req)}
 	}
 	cs.mu.Unlock()
 	for id, sc := range shadow {
 		vr := byVersion[id.version]
 		if vr == nil {
-			vr = &VersionReport{Version: id.version}
+			vr = &rulesapi.VersionReport{Version: id.version}
 			byVersion[id.version] = vr
 		}
-		sr := ShadowReport{Rule: id.rule, WouldRefuse: sc.total}
+		sr := rulesapi.ShadowReport{Rule: id.rule, WouldRefuse: sc.total}
 		for k, n := range sc.keys {
-			sr.TopKeys = append(sr.TopKeys, KeyCount{Key: k, Count: n})
+			sr.TopKeys = append(sr.TopKeys, rulesapi.KeyCount{Key: k, Count: n})
 		}
-		slices.SortFunc(sr.TopKeys, func(a, b KeyCount) int {
+		slices.SortFunc(sr.TopKeys, func(a, b rulesapi.KeyCount) int {
 			if a.Count != b.Count {
 				return int(b.Count - a.Count)
 			}
@@ -133,20 +134,20 @@ func (cs *counts) take() []VersionReport {
 		sr.TopKeys = sr.TopKeys[:min(len(sr.TopKeys), topKeys)]
 		vr.Shadow = append(vr.Shadow, sr)
 	}
-	var out []VersionReport
+	var out []rulesapi.VersionReport
 	for _, vr := range byVersion {
 		if vr.Requests > 0 || len(vr.Shadow) > 0 {
-			slices.SortFunc(vr.Shadow, func(a, b ShadowReport) int { return int(a.Rule - b.Rule) })
+			slices.SortFunc(vr.Shadow, func(a, b rulesapi.ShadowReport) int { return int(a.Rule - b.Rule) })
 			out = append(out, *vr)
 		}
 	}
-	slices.SortFunc(out, func(a, b VersionReport) int { return int(b.Version - a.Version) })
+	slices.SortFunc(out, func(a, b rulesapi.VersionReport) int { return int(b.Version - a.Version) })
 	return out[:min(len(out), maxVersions)]
 }
 
 // putBack returns the counts of a report that could not be sent, so the
 // next one carries them.
-func (c *Client) putBack(vrs []VersionReport) {
+func (c *Client) putBack(vrs []rulesapi.VersionReport) {
 	for _, vr := range vrs {
 		vc := c.counts.forVersion(vr.Version)
 		vc.requests.Add(vr.Requests)
@@ -207,14 +208,14 @@ func (c *Client) flush(ctx context.Context) {
 	}
 }
 
-func (c *Client) report(ctx context.Context, vrs []VersionReport) error {
-	body, err := json.Marshal(Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs})
+func (c *Client) report(ctx context.Context, vrs []rulesapi.VersionReport) error {
+	body, err := json.Marshal(rulesapi.Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(ReportPath).String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(rulesapi.ReportPath).String(), bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
