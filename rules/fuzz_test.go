@@ -15,8 +15,9 @@ import (
 )
 
 // yamlLocated matches the YAML decoder's errors that say where in the file
-// the problem is.
-var yamlLocated = regexp.MustCompile(`yaml: (line \d+|unmarshal errors:\n  line \d+)`)
+// the problem is, and those of the rules' own field types (a period, a
+// rate, a number of tokens), which name their line.
+var yamlLocated = regexp.MustCompile(`yaml: (line \d+|unmarshal errors:\n  line \d+)|^rules file fuzz\.yaml: line \d+: `)
 
 // FuzzParse feeds Parse arbitrary bytes. It must never panic; an error must
 // name the file and say where the problem is (a rule and field, a line, or
@@ -39,6 +40,10 @@ func FuzzParse(f *testing.F) {
 		"keys: {a: {}}\nrules: []",
 		"endpoints: [{name: e, path: x}]\nrules: []",
 		"rules:\n  - expires_at: 0",
+		"rules:\n - scope: default\n   limits: [{name: s, rate: 1.5, per: 1s, burst: 2}]",
+		"rules:\n - scope: default\n   limits: [{name: s, rate: 0.5, per: 1s, algorithm: fixed_window}]",
+		"rules:\n - scope: default\n   limits: [{name: s, rate: 1e3, per: 1s, burst: 1.5}]",
+		"endpoints: [{name: e, path: '/v1/e.', cost: 2.5}]\nrules: []",
 	} {
 		f.Add([]byte(s))
 	}

@@ -146,7 +146,7 @@ func TestAuditRecordsWhoAndWhat(t *testing.T) {
 		t.Errorf("got who %q action %q target %q, want alice rule.replace rules/%d", e.Who, e.Action, e.Target, id)
 	}
 	if before.Limits[0].Rate != 10 || after.Limits[0].Rate != 20 || after.Reason != "more headroom" {
-		t.Errorf("got before rate %d, after rate %d reason %q; want 10, 20, more headroom",
+		t.Errorf("got before rate %v, after rate %v reason %q; want 10, 20, more headroom",
 			before.Limits[0].Rate, after.Limits[0].Rate, after.Reason)
 	}
 	if e.Version == nil || *e.Version == 0 {

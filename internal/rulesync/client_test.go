@@ -128,7 +128,7 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func docWithDefault(rate int64) rules.Document {
 	return rules.Document{Rules: []rules.Rule{{Scope: rules.ScopeDefault,
-		Limits: []rules.Limit{{Name: "s", Rate: rate, Per: rules.Duration(time.Second)}}}}}
+		Limits: []rules.Limit{{Name: "s", Rate: rules.Rate(rate), Per: rules.Duration(time.Second)}}}}}
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
