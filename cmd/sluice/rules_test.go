@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -52,5 +55,22 @@ func TestRulesFlagDefaults(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("default %d: got %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// A gateway that cannot reach the rules service and whose cache file is
+// damaged says the cache was unreadable and why, not that there was none.
+func TestRulesCacheUnreadableIsSaid(t *testing.T) {
+	old := rulesStartTimeout
+	rulesStartTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { rulesStartTimeout = old })
+	cache := filepath.Join(t.TempDir(), "rules.json")
+	if err := os.WriteFile(cache, []byte("{{{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := gatewayOptions{RulesURL: "http://127.0.0.1:1", RulesCache: cache, GatewayID: "gw-test"}
+	_, _, err := newServiceRules(context.Background(), opts, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "cache file "+cache+" is unreadable: decode:") {
+		t.Fatalf("got %v, want an error saying the cache file is unreadable and why", err)
 	}
 }

@@ -83,9 +83,14 @@ type Client struct {
 	ready       chan struct{}
 	readyOnce   sync.Once
 
-	counts  counts
-	metrics *metrics
+	counts   counts
+	metrics  *metrics
+	cacheErr error // why the cache file was not used; set by New only
 }
+
+// errHeld is a 200 answer for the version the client already holds: the
+// service should have held the poll, so the client waits before the next.
+var errHeld = errors.New("the service answered with the snapshot already held")
 
 // New returns a Client, loading the cache file if there is one. A cache
 // file that cannot be read or does not compile is logged and ignored.
@@ -139,11 +144,17 @@ func New(cfg Config) (*Client, error) {
 	c.lastContact.Store(c.now().UnixNano())
 	if cfg.CacheFile != "" {
 		if err := c.loadCache(); err != nil {
+			c.cacheErr = fmt.Errorf("cache file %s is unreadable: %w", cfg.CacheFile, err)
 			c.log.Warn("rules cache not used", "file", cfg.CacheFile, "err", err)
 		}
 	}
 	return c, nil
 }
+
+// CacheError says why the cache file could not be used at New, or is nil
+// when it was used, was absent, or none was configured. A gateway that
+// cannot reach the service says it when it gives up.
+func (c *Client) CacheError() error { return c.cacheErr }
 
 // Current returns the rule set in force, or nil before the first one is
 // known. The set is immutable: a new snapshot replaces it whole.
@@ -188,21 +199,31 @@ func (c *Client) Run(ctx context.Context) error {
 
 func (c *Client) pollLoop(ctx context.Context) {
 	backoff := c.cfg.MinBackoff
+	held := 0 // answers in a row with the version already held
 	for ctx.Err() == nil {
 		err := c.pollOnce(ctx)
 		if err == nil {
-			backoff = c.cfg.MinBackoff
+			backoff, held = c.cfg.MinBackoff, 0
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		c.metrics.errors.Inc()
 		// Jitter keeps a fleet that lost the service from coming back in
 		// step.
 		d := backoff/2 + rand.N(backoff/2+1)
-		c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", d,
-			"version", c.version())
+		if errors.Is(err, errHeld) {
+			// Not a failure, but no reason to ask again at once: a proxy
+			// or a service that does not hold polls would be asked
+			// without pause.
+			if held++; held == 1 {
+				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in", d)
+			}
+		} else {
+			c.metrics.errors.Inc()
+			c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", d,
+				"version", c.version())
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -249,13 +270,20 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sn); err != nil {
 		return fmt.Errorf("poll: decode snapshot: %w", err)
 	}
+	if err := c.acceptable(&sn); err != nil {
+		return fmt.Errorf("poll: %w", err)
+	}
 	set, err := compile(&sn)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
 	c.contact(resp.Header)
-	if cur := c.set.Load(); cur != nil && cur.Version == set.Version && cur.Hash == set.Hash {
-		return nil // nothing new; a service never answers so, but a proxy might
+	if cur := c.set.Load(); cur != nil && cur.Version == set.Version {
+		if cur.Hash != set.Hash {
+			return fmt.Errorf("poll: snapshot %d has hash %s, but the one held has %s: refusing a second rule set under one version",
+				set.Version, set.Hash, cur.Hash)
+		}
+		return errHeld // nothing new; a service never answers so, but a proxy might
 	}
 	// Cache first: a gateway killed right after the swap then restarts
 	// with the rules it was running, not older ones.
@@ -265,8 +293,30 @@ func (c *Client) pollOnce(ctx context.Context) error {
 		}
 	}
 	c.swap(set, sn.Canary, &sn.Fleet)
-	c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
-		"fleet", sn.Fleet.Total)
+	if sn.Rollback {
+		c.log.Warn("rules rolled back: the canary version held was halted or superseded", "version", set.Version,
+			"hash", set.Hash, "fleet", sn.Fleet.Total)
+	} else {
+		c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
+			"fleet", sn.Fleet.Total)
+	}
+	return nil
+}
+
+// acceptable refuses a snapshot the client must not swap in: a version
+// that is not positive, which no service makes and which the next poll
+// could not name, and a version older than the one held unless the
+// service marks it a rollback. An older version without the mark comes
+// from a replica or a proxy that is behind: taking it would undo changes
+// the client already runs.
+func (c *Client) acceptable(sn *rulesapi.Snapshot) error {
+	if sn.Version <= 0 {
+		return fmt.Errorf("snapshot version %d is not positive: refusing it", sn.Version)
+	}
+	if cur := c.set.Load(); cur != nil && sn.Version < cur.Version && !sn.Rollback {
+		return fmt.Errorf("snapshot %d is older than the %d held and the service did not mark it a rollback: "+
+			"refusing it (a replica or proxy that is behind?)", sn.Version, cur.Version)
+	}
 	return nil
 }
 
@@ -296,6 +346,14 @@ func (c *Client) swap(set *rules.Set, canary bool, fleet *rulesapi.Fleet) {
 	}
 	c.metrics.version.Set(float64(set.Version))
 	c.metrics.canary.Set(map[bool]float64{false: 0, true: 1}[canary])
+	n := len(set.Document().Rules)
+	c.metrics.rules.Set(float64(n))
+	if n == 0 {
+		// A rules file without rules is refused; a snapshot without them
+		// is the service's word, but must not pass unnoticed.
+		c.log.Warn("the rules snapshot has no rules: no request is limited until rules are added to the rules service",
+			"version", set.Version, "hash", set.Hash)
+	}
 	c.readyOnce.Do(func() { close(c.ready) })
 }
 
@@ -356,6 +414,9 @@ func (c *Client) loadCache() error {
 	var cf cacheFile
 	if err := json.Unmarshal(b, &cf); err != nil {
 		return fmt.Errorf("decode: %w", err)
+	}
+	if err := c.acceptable(&cf.Snapshot); err != nil {
+		return err
 	}
 	set, err := compile(&cf.Snapshot)
 	if err != nil {

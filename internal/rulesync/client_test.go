@@ -1,8 +1,10 @@
 package rulesync_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -32,6 +34,8 @@ type fakeService struct {
 	reports      []rulesapi.Report // guarded by mu
 	reportStatus int               // non-zero: refuse reports with this; guarded by mu
 	polls        int               // guarded by mu
+	afters       []string          // the after= of every poll; guarded by mu
+	sticky       bool              // answer 200 even for the version held; guarded by mu
 	changed      chan struct{}     // closed on each change; guarded by mu
 }
 
@@ -99,19 +103,22 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	f.mu.Lock()
+	f.afters = append(f.afters, r.URL.Query().Get("after"))
+	f.mu.Unlock()
 	wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
 	timeout := time.After(wait)
 	for {
 		f.mu.Lock()
 		f.polls++
-		sn, status, changed := f.snap, f.status, f.changed
+		sn, status, changed, sticky := f.snap, f.status, f.changed, f.sticky
 		f.mu.Unlock()
 		switch {
 		case status != 0:
 			w.WriteHeader(status)
 			w.Write([]byte(`{"error":"injected fault"}`))
 			return
-		case sn.Version != after:
+		case sn.Version != after || sticky:
 			json.NewEncoder(w).Encode(sn)
 			return
 		}
@@ -221,9 +228,138 @@ func TestFollowsVersionsAndFleet(t *testing.T) {
 	if got := c.Current().Resolve(time.Now(), rules.Query{APIKey: "k"}).Limits[0].Count; got != 20 {
 		t.Errorf("got rate %d, want 20", got)
 	}
-	// A lower version is taken too: a halted canary goes back.
-	f.set(t, 2, docWithDefault(5))
+	// A lower version is taken when the service marks it a rollback: a
+	// halted canary goes back.
+	f.setRollback(t, 2, docWithDefault(5))
 	waitFor(t, "back to version 2", func() bool { return versionOf(c) == 2 })
+}
+
+// setRollback publishes doc as version, marked as a rollback.
+func (f *fakeService) setRollback(t *testing.T, version int64, doc rules.Document) {
+	t.Helper()
+	f.set(t, version, doc)
+	f.mu.Lock()
+	f.snap.Rollback = true
+	f.mu.Unlock()
+}
+
+// afters returns the versions the client named in its polls so far.
+func (f *fakeService) seenAfters() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.afters...)
+}
+
+// A version that is not positive is never swapped in (the next poll could
+// not name it), and an older one only when the service says it is a
+// rollback: a replica or proxy that is behind cannot undo a change.
+func TestRefusesVersionsItMustNotTake(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(10))
+	c := newClient(t, srv.URL, rulesync.Config{})
+	run(t, c)
+	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+	for _, v := range []int64{-7, 0, 3} {
+		before := testutil.ToFloat64(c.ErrorsForTest())
+		f.set(t, v, docWithDefault(1))
+		waitFor(t, fmt.Sprintf("version %d refused a few times", v), func() bool {
+			return testutil.ToFloat64(c.ErrorsForTest()) >= before+3
+		})
+		if got := versionOf(c); got != 5 {
+			t.Errorf("after the service offered version %d: got version %d, want 5 kept", v, got)
+		}
+	}
+	for _, a := range f.seenAfters() {
+		if a != "0" && a != "5" {
+			t.Errorf("a poll named version %s; want only 0 (none yet) and 5", a)
+		}
+	}
+	f.setRollback(t, 3, docWithDefault(1))
+	waitFor(t, "the rollback to version 3", func() bool { return versionOf(c) == 3 })
+}
+
+// A service or proxy that answers 200 with the version already held, at
+// once, is not polled without pause.
+func TestBacksOffWhenAnsweredWithTheVersionHeld(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(10))
+	f.mu.Lock()
+	f.sticky = true
+	f.mu.Unlock()
+	c := newClient(t, srv.URL, rulesync.Config{MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	run(t, c)
+	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+	f.mu.Lock()
+	start := f.polls
+	f.mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	f.mu.Lock()
+	polls := f.polls - start
+	f.mu.Unlock()
+	// With backoff from 20 ms to 100 ms, half a second holds at most about
+	// ten polls; without, a loopback server answers thousands.
+	if polls > 40 {
+		t.Errorf("got %d polls in 500ms answered with the version held, want backoff (at most about 10)", polls)
+	}
+	if got := testutil.ToFloat64(c.ErrorsForTest()); got != 0 {
+		t.Errorf("got %v sync errors, want 0: an answer with the version held is not a failure", got)
+	}
+}
+
+// An empty rule set from the service limits nothing: it is taken, since
+// the service says so, but with a warning and a metric an alert can use.
+func TestEmptySnapshotIsLoud(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(10))
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	cfg := rulesync.Config{URL: srv.URL, Gateway: "gw-test", Registerer: reg, Wait: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	c, err := rulesync.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+	rulesGauge := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_rules_snapshot_rules" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no metric sluice_rules_snapshot_rules")
+		return 0
+	}
+	if got := rulesGauge(); got != 1 {
+		t.Errorf("got sluice_rules_snapshot_rules %v, want 1", got)
+	}
+	f.set(t, 6, rules.Document{Rules: []rules.Rule{}})
+	waitFor(t, "version 6", func() bool { return versionOf(c) == 6 })
+	if got := rulesGauge(); got != 0 {
+		t.Errorf("got sluice_rules_snapshot_rules %v, want 0", got)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "no request is limited") {
+		t.Errorf("no warning logged for the empty rule set; log:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the client's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestKeepsRulesWhileServiceFails(t *testing.T) {
@@ -317,6 +453,7 @@ func TestBadCacheFileIsIgnored(t *testing.T) {
 		"not JSON":     "{{{",
 		"wrong hash":   `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[]}},"saved_at":"2026-01-01T00:00:00Z"}`,
 		"bad document": `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[{"scope":"x"}]}}}`,
+		"negative version": `{"snapshot":{"version":-7,"hash":"abc","document":{"rules":[]}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			cache := filepath.Join(t.TempDir(), "rules.json")
@@ -326,6 +463,10 @@ func TestBadCacheFileIsIgnored(t *testing.T) {
 			c := newClient(t, "http://127.0.0.1:1", rulesync.Config{CacheFile: cache})
 			if c.Current() != nil {
 				t.Errorf("got version %d from a bad cache, want no rules", versionOf(c))
+			}
+			// The gateway that gives up says why the cache did not help.
+			if err := c.CacheError(); err == nil || !strings.Contains(err.Error(), "cache file "+cache+" is unreadable") {
+				t.Errorf("got cache error %v, want one naming the file as unreadable", err)
 			}
 		})
 	}

@@ -74,8 +74,8 @@ func (cs *counts) forVersion(version int64) *versionCount {
 }
 
 // RecordShadow counts a request that shadow rule ruleID of snapshot
-// version would have refused, and whose it was: key is the API key, or
-// "ip:" and the client address.
+// version would have refused, and whose it was: key is the store key, "k:"
+// and the API key or "ip:" and the client address.
 func (c *Client) RecordShadow(version, ruleID int64, key string) {
 	c.counts.addShadow(shadowID{version, ruleID}, key, 1)
 }
@@ -170,9 +170,15 @@ func (c *Client) putBack(vrs []rulesapi.VersionReport) {
 // long on a service that is down.
 const flushTimeout = 2 * time.Second
 
+// heartbeatEvery is how many report intervals may pass without a report
+// before an empty one is sent: the service counts in the fleet only
+// gateways that report, idle ones included.
+const heartbeatEvery = 6
+
 func (c *Client) reportLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ReportInterval)
 	defer t.Stop()
+	quiet := 0 // intervals since the last report sent
 	for {
 		select {
 		case <-ctx.Done():
@@ -181,7 +187,7 @@ func (c *Client) reportLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		vrs := c.counts.take()
-		if len(vrs) == 0 {
+		if quiet++; len(vrs) == 0 && quiet < heartbeatEvery {
 			continue
 		}
 		if err := c.report(ctx, vrs); err != nil {
@@ -190,7 +196,9 @@ func (c *Client) reportLoop(ctx context.Context) {
 			}
 			c.log.Warn("rules service report failed; keeping the counts for the next one", "err", err)
 			c.putBack(vrs)
+			continue
 		}
+		quiet = 0
 	}
 }
 
@@ -209,6 +217,9 @@ func (c *Client) flush(ctx context.Context) {
 }
 
 func (c *Client) report(ctx context.Context, vrs []rulesapi.VersionReport) error {
+	if vrs == nil {
+		vrs = []rulesapi.VersionReport{}
+	}
 	body, err := json.Marshal(rulesapi.Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -238,20 +249,23 @@ func (c *Client) report(ctx context.Context, vrs []rulesapi.VersionReport) error
 // they say nothing about the rules. Each call counts under e.RulesVersion,
 // the version its request was resolved against, so a swap while requests
 // are in flight moves none of them to the new version's counts.
+//
+// An event that is not Shadow and has no Limits is a request no enforced
+// limit applied to: it counts as a request that was let through, so a
+// canary that starts refusing such requests is compared with the rest.
 func (c *Client) Observe(e gateway.Event) {
 	if e.Err != nil {
 		return
 	}
 	if !e.Shadow {
-		c.Record(e.RulesVersion, !e.Decision.Allowed)
+		c.Record(e.RulesVersion, len(e.Limits) > 0 && !e.Decision.Allowed)
 		return
 	}
 	if e.Decision.Allowed || e.Decision.Index < 0 || e.Decision.Index >= len(e.Rules) || e.Rules[e.Decision.Index] == nil {
 		return
 	}
-	key := strings.TrimPrefix(e.Key, "shadow:")
-	if k, ok := strings.CutPrefix(key, "k:"); ok {
-		key = k
-	}
-	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, key)
+	// The store key ("k:" and the API key, or "ip:" and the address) goes
+	// to the service as it is; the service keeps it hashed the way the
+	// decision log writes it, unless its operator opts in to raw keys.
+	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, strings.TrimPrefix(e.Key, "shadow:"))
 }
