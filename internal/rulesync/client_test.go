@@ -1,7 +1,6 @@
 package rulesync_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
@@ -308,7 +308,7 @@ func TestBacksOffWhenAnsweredWithTheVersionHeld(t *testing.T) {
 // the service says so, but with a warning and a metric an alert can use.
 func TestEmptySnapshotIsLoud(t *testing.T) {
 	f, srv := newFake(t, 5, docWithDefault(10))
-	var logs syncBuffer
+	var logs proctest.Buffer
 	reg := prometheus.NewRegistry()
 	cfg := rulesync.Config{URL: srv.URL, Gateway: "gw-test", Registerer: reg, Wait: time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -342,24 +342,6 @@ func TestEmptySnapshotIsLoud(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "no request is limited") {
 		t.Errorf("no warning logged for the empty rule set; log:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the client's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestKeepsRulesWhileServiceFails(t *testing.T) {
@@ -450,9 +432,9 @@ func TestCacheFileStartsAGatewayWhileServiceIsDown(t *testing.T) {
 
 func TestBadCacheFileIsIgnored(t *testing.T) {
 	for name, content := range map[string]string{
-		"not JSON":     "{{{",
-		"wrong hash":   `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[]}},"saved_at":"2026-01-01T00:00:00Z"}`,
-		"bad document": `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[{"scope":"x"}]}}}`,
+		"not JSON":         "{{{",
+		"wrong hash":       `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[]}},"saved_at":"2026-01-01T00:00:00Z"}`,
+		"bad document":     `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[{"scope":"x"}]}}}`,
 		"negative version": `{"snapshot":{"version":-7,"hash":"abc","document":{"rules":[]}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
