@@ -1,9 +1,11 @@
 package rules
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -108,13 +110,34 @@ func (r Rate) fraction() (num, den int64, err error) {
 }
 
 // UnmarshalJSON implements json.Unmarshaler: a JSON number, read from its
-// text so that nothing is rounded on the way.
+// text so that nothing is rounded on the way. Its errors are
+// *json.UnmarshalTypeError, which the decoder completes with the field's
+// path, with the problem and what to write in Value.
 func (r *Rate) UnmarshalJSON(b []byte) error {
 	text := string(b)
 	if text == "null" {
 		return nil
 	}
-	return r.set(text)
+	if err := r.set(text); err != nil {
+		return jsonError[Rate](text, err)
+	}
+	return nil
+}
+
+// jsonError describes a JSON value a numeric field of type T refuses.
+func jsonError[T any](text string, err error) error {
+	kind := "number " + text
+	switch text[0] {
+	case '"':
+		kind = "string " + text
+	case 't', 'f':
+		kind = "bool"
+	case '[':
+		kind = "array"
+	case '{':
+		kind = "object"
+	}
+	return &json.UnmarshalTypeError{Value: kind + " (" + err.Error() + ")", Type: reflect.TypeFor[T]()}
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler, so that a rate in a rules file
@@ -182,7 +205,7 @@ func (t *Tokens) UnmarshalJSON(b []byte) error {
 	}
 	v, err := parseTokens(string(b))
 	if err != nil {
-		return err
+		return jsonError[Tokens](string(b), err)
 	}
 	*t = v
 	return nil

@@ -39,7 +39,9 @@ func TestRulesUsage(t *testing.T) {
 		{[]string{"rules", "--postgres", dsn, "--schema", "Bad-Schema"}, 1, `schema "Bad-Schema"`},
 		{[]string{"rules", "--postgres", dsn, "--canary-fraction", "2"}, 1, "canary fraction 2 is not between 0 and 1"},
 		{[]string{"rules", "--postgres", dsn, "--poll-timeout", "2m"}, 1, "gateway TTL 1m30s must exceed the poll timeout 2m0s"},
-		{[]string{"rules", "--postgres", dsn}, 1, "postgres connect"},
+		{[]string{"rules", "--postgres", dsn}, 1, "no gateway token is configured"},
+		{[]string{"rules", "--postgres", dsn, "--trusted-network"}, 1, "postgres connect"},
+		{[]string{"rules", "--postgres", dsn, "--trusted-network", "--gateway-retention", "1m"}, 1, "gateway retention 1m0s is shorter than the gateway TTL"},
 	})
 }
 
@@ -49,8 +51,10 @@ func TestRulesFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := o.cfg
-	got := []any{o.listen, c.Schema, c.MaxOverride, c.PollTimeout, c.GatewayTTL, c.Canary.Fraction, c.Canary.Window, c.Canary.MinSample}
-	want := []any{"127.0.0.1:8081", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 10 * time.Minute, int64(1000)}
+	got := []any{o.listen, c.Schema, c.MaxOverride, c.PollTimeout, c.GatewayTTL, c.Canary.Fraction, c.Canary.Window, c.Canary.MinSample,
+		c.TrustedNetwork, c.MaxGateways, c.GatewayRetention, c.ReportRate, c.ShadowRawKeys}
+	want := []any{"127.0.0.1:8081", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 10 * time.Minute, int64(1000),
+		false, 256, time.Hour, 1.0, false}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("default %d: got %v, want %v", i, got[i], want[i])

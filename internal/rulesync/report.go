@@ -178,7 +178,9 @@ const heartbeatEvery = 6
 func (c *Client) reportLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ReportInterval)
 	defer t.Stop()
-	quiet := 0 // intervals since the last report sent
+	// Intervals since the last report sent: the first tick reports, so a
+	// new gateway counts in the fleet at once.
+	quiet := heartbeatEvery - 1
 	for {
 		select {
 		case <-ctx.Done():
