@@ -141,7 +141,10 @@ func (s *Service) register(ctx context.Context, tok token, gw, region string, ve
 	case isNoRows(err):
 	case err != nil:
 		return fmt.Errorf("register gateway %s: %w", gw, err)
-	case ownerLive:
+	case ownerLive && owner != "":
+		// A row without a token comes from before gateway tokens (an older
+		// version of the service, or a trusted network): any token may
+		// claim it, so an upgrade does not lock its gateways out.
 		return &apiError{status: http.StatusForbidden, field: "gateway",
 			msg: fmt.Sprintf("gateway ID %q is registered under another token; give each gateway its own ID", gw)}
 	}

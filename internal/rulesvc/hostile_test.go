@@ -301,3 +301,18 @@ func TestHaltedCanaryIsARollback(t *testing.T) {
 		t.Errorf("a newer version marked a rollback")
 	}
 }
+
+// Gateways registered before gateway tokens (by an older service, with no
+// token) keep polling under the token they now send.
+func TestGatewaysWithoutTokenAreClaimed(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	r := startReplica(t, schema, rulesvc.Config{})
+	conn := schemaConn(t, schema)
+	if _, err := conn.Exec(t.Context(), `INSERT INTO gateways (id, region, last_seen) VALUES ('gw-old', 'eu', now())`); err != nil {
+		t.Fatal(err)
+	}
+	if code, raw := poll(t, r.srv.URL, gatewayToken, "gw-old"); code != 200 {
+		t.Errorf("poll of a gateway registered without a token: got %d %s, want 200", code, raw)
+	}
+}
