@@ -25,6 +25,10 @@ func TestRulesUsage(t *testing.T) {
 	if err := os.WriteFile(unknownField, []byte("- {name: ops, secret: 0123456789abcdef, role: write, colour: red}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badBound := filepath.Join(dir, "bound.yaml")
+	if err := os.WriteFile(badBound, []byte("- {name: ops, secret: 0123456789abcdef, role: write, max_gateways: 3}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	dsn := "postgres://postgres@127.0.0.1:1/none"
 	testUsage(t, []usageTest{
 		{[]string{"help"}, 0, "rules "},
@@ -36,6 +40,7 @@ func TestRulesUsage(t *testing.T) {
 		{[]string{"rules", "--postgres", dsn, "--tokens", shortSecret}, 1, "secret is 8 bytes, want at least 16"},
 		{[]string{"rules", "--postgres", dsn, "--tokens", badRole}, 1, `role "admin" is not read, write or gateway`},
 		{[]string{"rules", "--postgres", dsn, "--tokens", unknownField}, 1, "field colour not found"},
+		{[]string{"rules", "--postgres", dsn, "--tokens", badBound}, 1, "max_gateways 3: want a positive bound, on a gateway token only"},
 		{[]string{"rules", "--postgres", dsn, "--schema", "Bad-Schema"}, 1, `schema "Bad-Schema"`},
 		{[]string{"rules", "--postgres", dsn, "--canary-fraction", "2"}, 1, "canary fraction 2 is not between 0 and 1"},
 		{[]string{"rules", "--postgres", dsn, "--poll-timeout", "2m"}, 1, "gateway TTL 1m30s must exceed the poll timeout 2m0s"},
