@@ -179,7 +179,7 @@ func (c *Client) reportLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ReportInterval)
 	defer t.Stop()
 	// Intervals since the last report sent: the first tick reports, so a
-	// new gateway counts in the fleet at once.
+	// new gateway counts in the fleet after one interval, not six.
 	quiet := heartbeatEvery - 1
 	for {
 		select {
