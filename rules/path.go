@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"path"
 	"strings"
 )
@@ -120,17 +119,11 @@ func canonicalPath(p string) (string, string) {
 		p = strings.ReplaceAll(p, `\`, "/")
 	}
 	// An escape left after the server's decoding is decoded again by some
-	// frameworks: read it as they would.
-	for range 3 {
-		if !hasEscape(p) {
-			break
-		}
-		note("it holds an escape (%s) that some servers decode a second time", p[strings.IndexByte(p, '%'):][:3])
-		u, err := url.PathUnescape(p)
-		if err != nil {
-			break
-		}
-		p = strings.ReplaceAll(u, `\`, "/")
+	// frameworks: read it as they would, until none is left. Each pass
+	// shortens the path, so this ends.
+	for i := escapeAt(p); i >= 0; i = escapeAt(p) {
+		note("it holds an escape (%s) that some servers decode a second time", p[i:i+3])
+		p = strings.ReplaceAll(unescape(p), `\`, "/")
 	}
 	dropControls()
 	segs := strings.Split(p, "/")
@@ -167,18 +160,40 @@ func plain(p string) bool {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-func hasEscape(p string) bool {
-	for i := strings.IndexByte(p, '%'); i >= 0 && i+2 < len(p); {
-		if isHex(p[i+1]) && isHex(p[i+2]) {
-			return true
+// escapeAt returns the index of the first escape (% and two hex digits)
+// in p, or -1.
+func escapeAt(p string) int {
+	for i := 0; i+2 < len(p); i++ {
+		if p[i] == '%' && isHex(p[i+1]) && isHex(p[i+2]) {
+			return i
 		}
-		j := strings.IndexByte(p[i+1:], '%')
-		if j < 0 {
-			return false
-		}
-		i += 1 + j
 	}
-	return false
+	return -1
+}
+
+// unescape decodes every escape in p, leaving a % that starts none as it
+// is, as a lenient decoder does.
+func unescape(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			b.WriteByte(unhex(p[i+1])<<4 | unhex(p[i+2]))
+			i += 2
+			continue
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
 }
 
 func isHex(c byte) bool {
