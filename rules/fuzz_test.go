@@ -15,8 +15,9 @@ import (
 )
 
 // yamlLocated matches the YAML decoder's errors that say where in the file
-// the problem is.
-var yamlLocated = regexp.MustCompile(`yaml: (line \d+|unmarshal errors:\n  line \d+)`)
+// the problem is, and those of the rules' own field types (a period, a
+// rate, a number of tokens), which name their line.
+var yamlLocated = regexp.MustCompile(`yaml: (line \d+|unmarshal errors:\n  line \d+)|^rules file fuzz\.yaml: line \d+: `)
 
 // FuzzParse feeds Parse arbitrary bytes. It must never panic; an error must
 // name the file and say where the problem is (a rule and field, a line, or
@@ -39,6 +40,10 @@ func FuzzParse(f *testing.F) {
 		"keys: {a: {}}\nrules: []",
 		"endpoints: [{name: e, path: x}]\nrules: []",
 		"rules:\n  - expires_at: 0",
+		"rules:\n - scope: default\n   limits: [{name: s, rate: 1.5, per: 1s, burst: 2}]",
+		"rules:\n - scope: default\n   limits: [{name: s, rate: 0.5, per: 1s, algorithm: fixed_window}]",
+		"rules:\n - scope: default\n   limits: [{name: s, rate: 1e3, per: 1s, burst: 1.5}]",
+		"endpoints: [{name: e, path: '/v1/e.', cost: 2.5}]\nrules: []",
 	} {
 		f.Add([]byte(s))
 	}
@@ -130,4 +135,41 @@ func checkResolutions(t *testing.T, data []byte, s *rules.Set) {
 			t.Fatalf("Parse(%q): query %+v costs %d, want at least 1", data, q, res.Cost)
 		}
 	}
+}
+
+// FuzzMatchEndpoint feeds MatchEndpoint arbitrary paths. It must never
+// panic, and the path a *PathError says to send must reach the same
+// endpoint without an error: the advice in a 400 works.
+func FuzzMatchEndpoint(f *testing.F) {
+	set, err := rules.Parse("paths.yaml", []byte(`
+endpoints:
+  - {name: login, method: POST, path: /v1/login}
+  - {name: files, path: /v1/Files/*, case_sensitive: true}
+  - {name: export, path: /v1/export/*}
+rules:
+  - scope: default
+    limits: [{name: s, rate: 1, per: 1s}]
+`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range []string{"/v1/login", "/V1/login;x=1", "/v1/login.", "/v1\\login", "/v1/login%2e", "/v1/%252e%252e/v1/login",
+		"/v1/login%zz%2e", "/v1/export/a. /b", "/v1/Files/x%00", "%", "", "..", "/v1/login\x00x"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		ep, ok, err := set.MatchEndpoint("POST", p)
+		var pe *rules.PathError
+		if err == nil {
+			return
+		}
+		if !errors.As(err, &pe) || !ok || pe.Endpoint != ep.Name {
+			t.Fatalf("MatchEndpoint(%q) = %v, %v, %v: want a *PathError naming the endpoint matched", p, ep.Name, ok, err)
+		}
+		ep2, ok2, err2 := set.MatchEndpoint("POST", pe.Canonical)
+		if err2 != nil || !ok2 || ep2.Name != ep.Name {
+			t.Fatalf("MatchEndpoint(%q) says to send %q, which gives %q, %v, %v; want %q without an error",
+				p, pe.Canonical, ep2.Name, ok2, err2, ep.Name)
+		}
+	})
 }

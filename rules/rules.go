@@ -9,6 +9,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -109,10 +110,14 @@ func (d *Duration) UnmarshalYAML(node *yaml.Node) error {
 
 // Limit is one limit as a rule writes it: "rate per per, burst burst".
 type Limit struct {
-	Name      string          `json:"name" yaml:"name"`
-	Rate      int64           `json:"rate" yaml:"rate"`
-	Per       Duration        `json:"per" yaml:"per"`
-	Burst     int64           `json:"burst,omitempty" yaml:"burst,omitempty"`
+	Name string `json:"name" yaml:"name"`
+	// Rate is the tokens granted per Per; see [Rate] for decimal rates.
+	Rate Rate     `json:"rate" yaml:"rate"`
+	Per  Duration `json:"per" yaml:"per"`
+	// Burst is the most tokens a key may hold; zero means the count of
+	// one period (for a decimal rate, of the stretched period: 3 for 1.5
+	// a second, read as 3 per 2s).
+	Burst     Tokens          `json:"burst,omitempty" yaml:"burst,omitempty"`
 	Algorithm limit.Algorithm `json:"algorithm,omitempty" yaml:"algorithm,omitempty"`
 }
 
@@ -147,10 +152,15 @@ type Endpoint struct {
 	Name string `json:"name" yaml:"name"`
 	// Method is an HTTP method; empty matches any.
 	Method string `json:"method,omitempty" yaml:"method,omitempty"`
-	// Path is matched exactly, or as a prefix when it ends in "*".
+	// Path is matched exactly, or as a prefix when it ends in "*"; see
+	// [Set.MatchEndpoint] for the spellings of a path that match it.
 	Path string `json:"path" yaml:"path"`
+	// CaseSensitive matches Path with its letters' case as written. The
+	// default ignores case, as many servers route: /V1/Login reaches the
+	// handler of /v1/login there, and must not escape its limits.
+	CaseSensitive bool `json:"case_sensitive,omitempty" yaml:"case_sensitive,omitempty"`
 	// Cost is the tokens one request takes; zero means 1.
-	Cost int64 `json:"cost,omitempty" yaml:"cost,omitempty"`
+	Cost Tokens `json:"cost,omitempty" yaml:"cost,omitempty"`
 }
 
 // Document is a rule set as written: the rules file's YAML, or the JSON body
@@ -179,15 +189,43 @@ func (e *FieldError) Error() string {
 	return e.Where + ": " + e.Field + ": " + e.Problem
 }
 
-// toLimit converts a written limit, validating it.
+// toLimit converts a written limit, validating it. A decimal rate becomes
+// the same rate in whole tokens over a multiple of the period; an error
+// names the rate as written.
 func (l *Limit) toLimit(failClosed bool) (limit.Limit, error) {
 	if l.Per <= 0 {
 		return limit.Limit{}, errors.New("per is missing or not positive")
 	}
-	out := limit.Limit{Name: l.Name, Count: l.Rate, Period: time.Duration(l.Per), Burst: l.Burst,
+	num, den, err := l.Rate.fraction()
+	if err != nil {
+		return limit.Limit{}, err
+	}
+	if num == 0 {
+		return limit.Limit{}, fmt.Errorf("rate %s must be positive", l.Rate)
+	}
+	per := time.Duration(l.Per)
+	if den > 1 {
+		if per > time.Duration(math.MaxInt64/den) || per*time.Duration(den) > maxPeriod {
+			return limit.Limit{}, fmt.Errorf("rate %s per %s is %d per %d × %s, a period longer than 366 days: "+
+				"write a whole rate or a shorter period", l.Rate, l.Per, num, den, l.Per)
+		}
+		per *= time.Duration(den)
+		if alg := limit.Algorithm(l.Algorithm); alg == limit.FixedWindow || alg == limit.SlidingWindow || alg == limit.SlidingLog {
+			return limit.Limit{}, fmt.Errorf("rate %s per %s: %s counts whole requests per window, so it would "+
+				"become %d per %s, another window; write rate: %d, per: %s if that is what you mean",
+				l.Rate, l.Per, alg, num, Duration(per), num, Duration(per))
+		}
+	}
+	out := limit.Limit{Name: l.Name, Count: num, Period: per, Burst: int64(l.Burst),
 		Algorithm: l.Algorithm, FailClosed: failClosed}
 	if err := out.Validate(); err != nil {
+		if den > 1 {
+			return limit.Limit{}, fmt.Errorf("rate %s per %s (read as %d per %s): %w", l.Rate, l.Per, num, Duration(per), err)
+		}
 		return limit.Limit{}, err
 	}
 	return out, nil
 }
+
+// maxPeriod is the longest period a rule may have.
+const maxPeriod = 366 * 24 * time.Hour

@@ -1,7 +1,10 @@
 package rules_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
-func mustLoad(t *testing.T) *rules.Set {
+func mustLoad(t testing.TB) *rules.Set {
 	t.Helper()
 	s, err := rules.LoadFile("testdata/example.yaml")
 	if err != nil {
@@ -335,5 +338,224 @@ rules:
 		if got := set.Resolve(tc.at, rules.Query{APIKey: tc.key}).Limits[0].Count; got != tc.want {
 			t.Errorf("key %s at %v: rate %d, want %d", tc.key, tc.at, got, tc.want)
 		}
+	}
+}
+
+// A rate is what users write: decimal rates are read exactly, as the same
+// rate in whole tokens over a longer period, and every numeric field that
+// cannot be read exactly is refused with the value as written and what to
+// write instead.
+func TestNumbersAreReadAsWritten(t *testing.T) {
+	tests := []struct {
+		limit      string
+		wantCount  int64
+		wantPeriod time.Duration
+		wantBurst  int64
+		wantErr    []string // substrings of the error; nil for none
+	}{
+		{limit: "{name: s, rate: 100, per: 1s}", wantCount: 100, wantPeriod: time.Second},
+		{limit: "{name: s, rate: 0.5, per: 1s}", wantCount: 1, wantPeriod: 2 * time.Second},
+		{limit: "{name: s, rate: 1.5, per: 1s}", wantCount: 3, wantPeriod: 2 * time.Second},
+		{limit: "{name: s, rate: 1.5, per: 1s, burst: 5}", wantCount: 3, wantPeriod: 2 * time.Second, wantBurst: 5},
+		{limit: "{name: s, rate: 0.25, per: 1m}", wantCount: 1, wantPeriod: 4 * time.Minute},
+		{limit: "{name: s, rate: 2.50, per: 1s, algorithm: gcra}", wantCount: 5, wantPeriod: 2 * time.Second},
+		{limit: "{name: s, rate: 2.0, per: 1s}", wantCount: 2, wantPeriod: time.Second},
+		{limit: "{name: s, rate: 1e3, per: 1s}", wantErr: []string{"line 4", "rate 1e3", "write 1000, not 1e3"}},
+		{limit: "{name: s, rate: 0x10, per: 1s}", wantErr: []string{"rate 0x10", "write 16"}},
+		{limit: "{name: s, rate: 1_000, per: 1s}", wantErr: []string{"rate 1_000", "write 1000"}},
+		{limit: `{name: s, rate: "5", per: 1s}`, wantErr: []string{"line 4", "rate must be a number"}},
+		{limit: "{name: s, rate: 0.0000001, per: 1s}", wantErr: []string{"rate 0.0000001 has more than 6 decimal places"}},
+		{limit: "{name: s, rate: 0, per: 1s}", wantErr: []string{"limits[0]", "rate 0 must be positive"}},
+		{limit: "{name: s, rate: -1.5, per: 1s}", wantErr: []string{"limits[0]", "rate -1.5 must be positive"}},
+		{limit: "{name: s, rate: 0.5, per: 1s, algorithm: fixed_window}",
+			wantErr: []string{"limits[0]", "rate 0.5 per 1s", "write rate: 1, per: 2s"}},
+		{limit: "{name: s, rate: 0.001, per: 1d}", wantErr: []string{"rate 0.001 per 1d", "longer than 366 days"}},
+		{limit: "{name: s, rate: 10, per: 1s, burst: 1.5}", wantErr: []string{"line 4", "1.5 is not a whole number of tokens: write 1 or 2"}},
+		{limit: "{name: s, rate: 10, per: 1s, burst: 20.0}", wantErr: []string{"20.0 is not a whole number of tokens: write 20"}},
+		{limit: "{name: s, rate: 10, per: 1s, burst: 2e1}", wantErr: []string{"2e1 is not a whole number of tokens", "write 20"}},
+	}
+	for _, tt := range tests {
+		doc := "rules:\n  - scope: default\n    limits:\n      - " + tt.limit + "\n"
+		s, err := rules.Parse("rates.yaml", []byte(doc))
+		if tt.wantErr != nil {
+			if err == nil {
+				t.Errorf("%s: accepted, want an error mentioning %q", tt.limit, tt.wantErr)
+				continue
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q does not mention %q", tt.limit, err, w)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.limit, err)
+			continue
+		}
+		l := s.Resolve(time.Now(), rules.Query{APIKey: "k"}).Limits[0]
+		if l.Count != tt.wantCount || l.Period != tt.wantPeriod || l.Burst != tt.wantBurst {
+			t.Errorf("%s: got %d per %v burst %d, want %d per %v burst %d",
+				tt.limit, l.Count, l.Period, l.Burst, tt.wantCount, tt.wantPeriod, tt.wantBurst)
+		}
+	}
+	// An endpoint's cost is a whole number of tokens too.
+	_, err := rules.Parse("cost.yaml", []byte("endpoints: [{name: e, path: /e, cost: 2.5}]\nrules:\n  - scope: default\n    limits: [{name: s, rate: 1, per: 1s}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "2.5 is not a whole number of tokens: write 2 or 3") {
+		t.Errorf("cost 2.5: got %v, want it refused with what to write", err)
+	}
+}
+
+// The JSON form, as the admin API and snapshots carry it, reads numbers
+// exactly as the YAML form does, and writes a decimal rate back as written.
+func TestNumbersInJSON(t *testing.T) {
+	var l rules.Limit
+	if err := json.Unmarshal([]byte(`{"name":"s","rate":1.5,"per":"1s"}`), &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Rate != 1.5 {
+		t.Errorf("rate 1.5: got %v", l.Rate)
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"name":"s","rate":1.5,"per":"1s"}`; string(b) != want {
+		t.Errorf("got %s, want %s", b, want)
+	}
+	for _, tt := range []struct{ body, want string }{
+		{`{"name":"s","rate":1e3,"per":"1s"}`, "write 1000, not 1e3"},
+		{`{"name":"s","rate":9007199254740993,"per":"1s"}`, "larger than 2^53"},
+		{`{"name":"s","rate":10,"per":"1s","burst":1.5}`, "1.5 is not a whole number of tokens: write 1 or 2"},
+	} {
+		var l rules.Limit
+		if err := json.Unmarshal([]byte(tt.body), &l); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: got %v, want an error mentioning %q", tt.body, err, tt.want)
+		}
+	}
+}
+
+// Every spelling of a path that common servers route to a declared
+// endpoint's handler reaches that endpoint, or is refused with
+// ErrPathSpelling; none slips past.
+func TestEndpointSpellingsCannotSlipPast(t *testing.T) {
+	s, err := rules.Parse("inline", []byte(`
+endpoints:
+  - {name: login, method: POST, path: /v1/login}
+  - {name: search, path: /v1/search, cost: 5}
+  - {name: files, path: /v1/Files/*, case_sensitive: true}
+rules:
+  - scope: default
+    limits: [{name: s, rate: 10, per: 1s}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		target  string // the request target as sent on the wire
+		want    string // endpoint
+		problem string // substring of the PathError; empty for none
+	}{
+		{"/v1/login", "login", ""},
+		{"/V1/login", "login", ""},
+		{"/v1/Login", "login", ""},
+		{"/V1/LOGIN/", "login", ""},
+		{"/v1/login;x=1", "login", ""},
+		{"/v1;a=b/login;jsessionid=1", "login", ""},
+		{"/v1/login%20", "login", "ends in a dot or a space"},
+		{"/v1/login.", "login", "ends in a dot or a space"},
+		{"/v1/login..", "login", "ends in a dot or a space"},
+		{"/v1/login.%20.", "login", "ends in a dot or a space"},
+		{`/v1\login`, "login", "backslash"},
+		{"/v1%5Clogin", "login", "backslash"},
+		{"/v1/login%252e", "login", "escape (%2e)"},
+		{"/v1/%256cogin", "login", "escape (%6c)"},
+		{"/v1/login%09", "login", "control character 0x09"},
+		{"/v1/login%00", "login", "control character 0x00"},
+		{"/v1/login%2500", "login", "escape (%00)"},
+		// A case-sensitive endpoint matches its own case only.
+		{"/v1/Files/a", "files", ""},
+		{"/v1/files/a", "", ""},
+		// Paths of no endpoint pass whatever their spelling.
+		{"/static/app.", "", ""},
+		{`/static\app`, "", ""},
+		{"/v1/logins", "", ""},
+		{"/v1/login/x", "", ""},
+	}
+	for _, tt := range tests {
+		u, err := url.ParseRequestURI(tt.target)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.target, err)
+		}
+		// The gateway sees the path as net/http decoded it.
+		ep, ok, err := s.MatchEndpoint("POST", u.Path)
+		if ep.Name != tt.want || ok != (tt.want != "") {
+			t.Errorf("%s (path %q): endpoint %q, want %q", tt.target, u.Path, ep.Name, tt.want)
+		}
+		var pe *rules.PathError
+		switch {
+		case tt.problem == "" && err != nil:
+			t.Errorf("%s: got error %v, want none", tt.target, err)
+		case tt.problem != "" && !errors.As(err, &pe):
+			t.Errorf("%s: got error %v, want a *PathError", tt.target, err)
+		case tt.problem != "":
+			if !errors.Is(err, rules.ErrPathSpelling) || !strings.Contains(err.Error(), tt.problem) ||
+				pe.Endpoint != "login" || pe.Canonical != "/v1/login" {
+				t.Errorf("%s: got %#v (%v), want endpoint login, canonical /v1/login, problem %q", tt.target, pe, err, tt.problem)
+			}
+		}
+		// Endpoint agrees, without the error.
+		if ep2, _ := s.Endpoint("POST", u.Path); ep2.Name != tt.want {
+			t.Errorf("%s: Endpoint gave %q, MatchEndpoint %q", tt.target, ep2.Name, tt.want)
+		}
+	}
+}
+
+// A declared path that a request could only reach through a spelling
+// servers disagree on is refused when the rules are loaded.
+func TestEndpointPathsMustBePlain(t *testing.T) {
+	for _, p := range []string{"/v1/login.", "/v1/login;x=1", `/v1\login`, "/v1/log%20in", "/v1/login /"} {
+		doc := fmt.Sprintf("endpoints: [{name: e, path: %q}]\nrules:\n  - scope: default\n    limits: [{name: s, rate: 1, per: 1s}]\n", p)
+		_, err := rules.Parse("paths.yaml", []byte(doc))
+		var fe *rules.FieldError
+		if !errors.As(err, &fe) || fe.Field != "path" {
+			t.Errorf("path %q: got %v, want a field error on path", p, err)
+		}
+	}
+}
+
+// The key directory and key rules hold only keys a request can carry: the
+// gateway refuses keys with control characters, so the rules do too.
+func TestKeysWithControlCharactersAreRefused(t *testing.T) {
+	for _, k := range []string{"key\x00", "key\nx", "k\x7f", strings.Repeat("k", rules.MaxKeyLen+1)} {
+		if err := rules.CheckKey(k); err == nil {
+			t.Errorf("CheckKey(%q) = nil, want an error", k)
+		}
+		doc := rules.Document{Keys: map[string]rules.KeyInfo{k: {Plan: "pro"}},
+			Rules: []rules.Rule{{Scope: rules.ScopeDefault, Limits: []rules.Limit{{Name: "s", Rate: 1, Per: rules.Duration(time.Second)}}}}}
+		if _, err := rules.Compile(doc, 0); err == nil {
+			t.Errorf("key directory with %q: compiled, want an error", k)
+		}
+		doc = rules.Document{Rules: []rules.Rule{{Scope: rules.ScopeKey, Match: rules.Match{Key: k},
+			Limits: []rules.Limit{{Name: "s", Rate: 1, Per: rules.Duration(time.Second)}}}}}
+		if _, err := rules.Compile(doc, 0); err == nil {
+			t.Errorf("key rule for %q: compiled, want an error", k)
+		}
+	}
+	if err := rules.CheckKey("key_pro-01.x"); err != nil {
+		t.Errorf("CheckKey(key_pro-01.x) = %v", err)
+	}
+}
+
+// MatchEndpoint runs on every request: a plain path costs no allocation.
+func BenchmarkMatchEndpoint(b *testing.B) {
+	s := mustLoad(b)
+	for _, p := range []string{"/v1/search", "/V1/Search", "/v1/login."} {
+		b.Run(p, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s.MatchEndpoint("GET", p)
+			}
+		})
 	}
 }

@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
-	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -32,6 +30,7 @@ type Set struct {
 
 	keys      map[string]KeyInfo
 	endpoints []Endpoint
+	paths     []endpointPath // parallel to endpoints
 	// compiled rules, indexed by what they match.
 	byMatch map[matchKey][]compiled
 	ip      []compiled
@@ -128,7 +127,7 @@ func Compile(doc Document, version int64) (*Set, error) {
 		s.keys = map[string]KeyInfo{}
 	}
 	for k, info := range doc.Keys {
-		if err := checkKey(k); err != nil {
+		if err := CheckKey(k); err != nil {
 			return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Problem: err.Error()}
 		}
 		if info.Plan == "" {
@@ -143,8 +142,8 @@ func Compile(doc Document, version int64) (*Set, error) {
 			return nil, &FieldError{Where: where, Field: "name", Problem: "is empty"}
 		case names[ep.Name]:
 			return nil, &FieldError{Where: where, Field: "name", Problem: "is used by an earlier endpoint"}
-		case !strings.HasPrefix(ep.Path, "/"):
-			return nil, &FieldError{Where: where, Field: "path", Problem: fmt.Sprintf("%q does not start with /", ep.Path)}
+		case checkEndpointPath(ep.Path) != nil:
+			return nil, &FieldError{Where: where, Field: "path", Problem: checkEndpointPath(ep.Path).Error()}
 		case ep.Cost < 0:
 			return nil, &FieldError{Where: where, Field: "cost", Problem: fmt.Sprintf("%d is negative", ep.Cost)}
 		case ep.Method != "" && ep.Method != strings.ToUpper(ep.Method):
@@ -166,6 +165,9 @@ func Compile(doc Document, version int64) (*Set, error) {
 		}
 		return a.Method != "" && b.Method == ""
 	})
+	for i := range s.endpoints {
+		s.paths = append(s.paths, newEndpointPath(&s.endpoints[i]))
+	}
 	for i := range doc.Rules {
 		r := &doc.Rules[i]
 		c, err := compileRule(r, names)
@@ -208,13 +210,21 @@ func describe(r *Rule) string {
 	return strings.Join(parts, " ")
 }
 
-// checkKey refuses API keys that cannot be a real key.
-func checkKey(k string) error {
+// CheckKey reports whether k can be an API key: not empty, at most
+// MaxKeyLen bytes, and without control characters (bytes below 0x20 and
+// 0x7f). It is the rule a gateway applies to the keys requests carry, so
+// the key directory and overrides hold only keys a request can send.
+func CheckKey(k string) error {
 	if k == "" {
 		return fmt.Errorf("API key is empty")
 	}
 	if len(k) > MaxKeyLen {
 		return fmt.Errorf("API key is %d bytes, longer than %d", len(k), MaxKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("API key %q holds control character 0x%02x at byte %d", k, c, i)
+		}
 	}
 	return nil
 }
@@ -244,7 +254,7 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 		if m.Key == "" || m.Plan != "" || m.Endpoint != "" {
 			return fe("match", "a key rule matches exactly one key: {key: KEY}")
 		}
-		if err := checkKey(m.Key); err != nil {
+		if err := CheckKey(m.Key); err != nil {
 			return fe("match.key", "%v", err)
 		}
 	case "":
@@ -313,30 +323,6 @@ type Resolution struct {
 	Rules []*Rule
 	// ShadowRules are parallel to Shadow.
 	ShadowRules []*Rule
-}
-
-// Endpoint returns the endpoint a request's method and path belong to, if any.
-//
-// The path is compared in its cleaned form (path.Clean: no doubled slashes,
-// no "." or ".." segments, no trailing slash), and a HEAD request matches a
-// GET endpoint, as most servers route them: otherwise "/v1//search",
-// "/v1/search/" or a HEAD would slip past an endpoint's cost and limits. A
-// prefix endpoint "/v1/export/*" also matches "/v1/export" itself.
-func (s *Set) Endpoint(method, p string) (Endpoint, bool) {
-	p = path.Clean("/" + p)
-	for _, ep := range s.endpoints {
-		if ep.Method != "" && ep.Method != method && !(method == http.MethodHead && ep.Method == http.MethodGet) {
-			continue
-		}
-		if prefix, ok := strings.CutSuffix(ep.Path, "*"); ok {
-			if strings.HasPrefix(p, prefix) || p == path.Clean(prefix) {
-				return ep, true
-			}
-		} else if p == path.Clean(ep.Path) {
-			return ep, true
-		}
-	}
-	return Endpoint{}, false
 }
 
 // Key returns what the directory knows of an API key.
@@ -468,7 +454,7 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	if k.endpoint != "" {
 		for _, ep := range s.endpoints {
 			if ep.Name == k.endpoint && ep.Cost > 0 {
-				res.Cost = ep.Cost
+				res.Cost = int64(ep.Cost)
 			}
 		}
 	}

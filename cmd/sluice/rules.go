@@ -59,7 +59,11 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.StringVar(&c.Postgres, "postgres", os.Getenv(envPostgres), "PostgreSQL connection `DSN` (default $"+envPostgres+")")
 	fs.StringVar(&c.Schema, "schema", "sluice", "PostgreSQL `schema` holding the service's tables; created and migrated on start")
 	fs.StringVar(&o.listen, "listen", o.listen, "`address` to serve on")
-	fs.StringVar(&o.tokensFile, "tokens", "", "YAML `file` of tokens: a list of {name, secret, role: read|write|gateway}")
+	fs.StringVar(&o.tokensFile, "tokens", "", "YAML `file` of tokens: a list of {name, secret, role: read|write|gateway, max_gateways}")
+	fs.BoolVar(&c.TrustedNetwork, "trusted-network", false, "serve the gateway endpoints (/v1) without a gateway token: only for a network where nothing but gateways reaches the service")
+	fs.IntVar(&c.MaxGateways, "max-gateways", 256, "most gateways registered at once under one gateway token without its own max_gateways, or on the trusted network")
+	fs.Float64Var(&c.ReportRate, "report-rate", 1, "reports a second each gateway may send on average (bursts of 5)")
+	fs.BoolVar(&c.ShadowRawKeys, "shadow-raw-keys", false, "store the API keys of shadow reports as sent, not hashed as the gateway's decision log writes them")
 	durationFlag := func(p *time.Duration, name, def, usage string) {
 		d, _ := rules.ParseDuration(def)
 		*p = time.Duration(d)
@@ -72,7 +76,8 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	durationFlag(&c.MaxOverride, "max-override", "7d", "longest an emergency override may last")
 	durationFlag(&c.ReportRetention, "report-retention", "7d", "how long gateways' reports are kept")
 	fs.DurationVar(&c.PollTimeout, "poll-timeout", 25*time.Second, "longest a gateway's long poll is held")
-	fs.DurationVar(&c.GatewayTTL, "gateway-ttl", 90*time.Second, "how long after its last poll a gateway still counts in the fleet")
+	fs.DurationVar(&c.GatewayTTL, "gateway-ttl", 90*time.Second, "how long after its last poll and report a gateway still counts in the fleet")
+	fs.DurationVar(&c.GatewayRetention, "gateway-retention", time.Hour, "how long a gateway that stopped polling stays in the fleet view before it is dropped")
 	fs.DurationVar(&c.Refresh, "refresh", 5*time.Second, "how often the state is reread without a NOTIFY, and the fleet counted")
 	fs.BoolVar(&c.Canary.Disabled, "no-canary", false, "send every new version to every gateway at once")
 	fs.Float64Var(&c.Canary.Fraction, "canary-fraction", 0.01, "fraction of gateways that try a new version first (at least one)")
@@ -144,9 +149,6 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if !roles[rulesvc.RoleWrite] {
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
-	}
-	if !roles[rulesvc.RoleGateway] {
-		logger.Warn("no gateway token configured: anyone who reaches /v1 can read the snapshot, key directory included")
 	}
 
 	svc, err := rulesvc.New(ctx, o.cfg)

@@ -25,8 +25,9 @@ const (
 )
 
 // rulesStartTimeout is how long a gateway without a cached snapshot waits
-// for the rules service before it gives up starting.
-const rulesStartTimeout = 10 * time.Second
+// for the rules service before it gives up starting. A variable so that
+// tests need not wait it out.
+var rulesStartTimeout = 10 * time.Second
 
 // newRuleSource returns where the gateway's rules come from: the rules
 // file, the rules service, or the built-in demo rules, and a function that
@@ -105,6 +106,10 @@ func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logg
 	stop()
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
+	}
+	if err := c.CacheError(); err != nil {
+		return nil, nil, fmt.Errorf("--rules-url %s: no snapshot within %v, and the --rules-cache %w: is the rules service up?",
+			opts.RulesURL, rulesStartTimeout, err)
 	}
 	return nil, nil, fmt.Errorf("--rules-url %s: no snapshot within %v and no cached one (--rules-cache): is the rules service up?",
 		opts.RulesURL, rulesStartTimeout)

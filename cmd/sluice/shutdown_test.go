@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -26,7 +26,7 @@ type fakeRules struct {
 
 	mu      sync.Mutex
 	polls   int               // polls being held; guarded by mu
-	reports []rulesync.Report // guarded by mu
+	reports []rulesapi.Report // guarded by mu
 }
 
 func newFakeRules(t *testing.T, ruleYAML string) (*fakeRules, string) {
@@ -44,7 +44,7 @@ func newFakeRules(t *testing.T, ruleYAML string) (*fakeRules, string) {
 		t.Fatal(err)
 	}
 	f := &fakeRules{}
-	f.snap, err = json.Marshal(rulesync.Snapshot{Version: 1, Hash: set.Hash, Fleet: rulesync.Fleet{Total: 1}, Document: doc})
+	f.snap, err = json.Marshal(rulesapi.Snapshot{Version: 1, Hash: set.Hash, Fleet: rulesapi.Fleet{Total: 1}, Document: doc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +55,8 @@ func newFakeRules(t *testing.T, ruleYAML string) (*fakeRules, string) {
 
 func (f *fakeRules) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case rulesync.ReportPath:
-		var rep rulesync.Report
+	case rulesapi.ReportPath:
+		var rep rulesapi.Report
 		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -65,7 +65,7 @@ func (f *fakeRules) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.reports = append(f.reports, rep)
 		f.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
-	case rulesync.SnapshotPath:
+	case rulesapi.SnapshotPath:
 		if after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64); after != 1 {
 			w.Write(f.snap)
 			return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -341,7 +342,9 @@ func (s *Service) putOverride(w http.ResponseWriter, r *http.Request, who string
 	}
 	now := time.Now()
 	switch {
-	case o.Reason == "":
+	case rules.CheckKey(key) != nil:
+		return badRequest("key", "%v", rules.CheckKey(key))
+	case strings.TrimSpace(o.Reason) == "":
 		return badRequest("reason", "is required: say why this key is overridden")
 	case o.ExpiresAt.IsZero():
 		return badRequest("expires_at", "is required: every override expires")

@@ -3,11 +3,13 @@ package rulesvc_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/rulesvc"
+	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -62,7 +64,15 @@ func TestAdminRefusesBadRequestsAndChangesNothing(t *testing.T) {
 		{"read token overrides", readToken, "PUT", "/admin/v1/overrides/key_pro", `{"limits":` + lim + `,"expires_at":"` + in(time.Hour) + `","reason":"x"}`, 403, "Authorization", "needs write"},
 		{"bad JSON", writeToken, "POST", "/admin/v1/rules", `{"scope":`, 400, "", "not valid JSON"},
 		{"unknown field", writeToken, "POST", "/admin/v1/rules", `{"scope":"default","limits":` + lim + `,"colour":"red"}`, 400, "colour", "unknown field"},
-		{"wrong type", writeToken, "POST", "/admin/v1/rules", `{"scope":"default","limits":[{"name":"s","rate":"ten","per":"1s"}]}`, 400, "limits.rate", "want a int64"},
+		{"wrong type", writeToken, "POST", "/admin/v1/rules", `{"scope":"default","limits":[{"name":"s","rate":"ten","per":"1s"}]}`, 400, "limits.rate", `want a rules.Rate, got JSON string "ten"`},
+		{"rate in exponent form", writeToken, "POST", "/admin/v1/rules", `{"scope":"plan","match":{"plan":"pro"},"limits":[{"name":"s","rate":1e3,"per":"1s"}]}`, 400, "limits.rate", "write 1000, not 1e3"},
+		{"fractional burst", writeToken, "POST", "/admin/v1/rules", `{"scope":"plan","match":{"plan":"pro"},"limits":[{"name":"s","rate":1,"per":"1s","burst":1.5}]}`, 400, "limits.burst", "1.5 is not a whole number of tokens: write 1 or 2"},
+		{"fractional cost", writeToken, "PUT", "/admin/v1/endpoints/e", `{"path":"/e","cost":2.5}`, 400, "cost", "write 2 or 3"},
+		{"decimal rate of a window", writeToken, "POST", "/admin/v1/rules", `{"scope":"plan","match":{"plan":"pro"},"limits":[{"name":"s","rate":0.5,"per":"1s","algorithm":"fixed_window"}]}`, 422, "limits[0]", "write rate: 1, per: 2s"},
+		{"endpoint path with a trailing dot", writeToken, "PUT", "/admin/v1/endpoints/e", `{"path":"/v1/e."}`, 422, "path", "ends in a dot"},
+		{"key with a control character", writeToken, "PUT", "/admin/v1/keys/key%0Ax", `{"plan":"pro"}`, 400, "key", "control character 0x0a"},
+		{"override of a key with a control character", writeToken, "PUT", "/admin/v1/overrides/key%01x", `{"limits":` + lim + `,"expires_at":"` + in(time.Hour) + `","reason":"INC-1"}`, 400, "key", "control character 0x01"},
+		{"override with a blank reason", writeToken, "PUT", "/admin/v1/overrides/key_pro", `{"limits":` + lim + `,"expires_at":"` + in(time.Hour) + `","reason":" \t"}`, 400, "reason", "is required"},
 		{"zero rate", writeToken, "POST", "/admin/v1/rules", `{"scope":"plan","match":{"plan":"pro"},"limits":[{"name":"s","rate":0,"per":"1s"}]}`, 422, "limits[0]", "rate 0 must be positive"},
 		{"unknown scope", writeToken, "POST", "/admin/v1/rules", `{"scope":"planet","limits":` + lim + `}`, 422, "scope", `"planet" is not one of`},
 		{"undeclared endpoint", writeToken, "POST", "/admin/v1/rules", `{"scope":"endpoint","match":{"endpoint":"nope"},"limits":` + lim + `}`, 422, "match.endpoint", "not a declared endpoint"},
@@ -146,7 +156,7 @@ func TestAuditRecordsWhoAndWhat(t *testing.T) {
 		t.Errorf("got who %q action %q target %q, want alice rule.replace rules/%d", e.Who, e.Action, e.Target, id)
 	}
 	if before.Limits[0].Rate != 10 || after.Limits[0].Rate != 20 || after.Reason != "more headroom" {
-		t.Errorf("got before rate %d, after rate %d reason %q; want 10, 20, more headroom",
+		t.Errorf("got before rate %v, after rate %v reason %q; want 10, 20, more headroom",
 			before.Limits[0].Rate, after.Limits[0].Rate, after.Reason)
 	}
 	if e.Version == nil || *e.Version == 0 {
@@ -162,7 +172,7 @@ func TestMigrationsAreIdempotentAcrossReplicas(t *testing.T) {
 	for range 3 {
 		go func() {
 			ctx := t.Context()
-			svc, err := rulesvc.New(ctx, rulesvc.Config{Postgres: postgresDSN(), Schema: schema, Logger: testLogger(t)})
+			svc, err := rulesvc.New(ctx, rulesvc.Config{Postgres: postgresDSN(), Schema: schema, Tokens: testTokens, Logger: testLogger(t)})
 			if err == nil {
 				svc.Close()
 			}
@@ -213,5 +223,43 @@ func TestRolloutDecidedByHand(t *testing.T) {
 	}
 	if st.Stable != 1 {
 		t.Errorf("got stable version %d, want 1: a halted version is never promoted", st.Stable)
+	}
+}
+
+// The admin API takes the bearer scheme in any case (schemes are
+// case-insensitive), and rates as users write them: 0.5 a second is kept
+// as written and enforced as 1 every 2 seconds.
+func TestAdminTakesWhatUsersWrite(t *testing.T) {
+	t.Parallel()
+	r := startReplica(t, newSchema(t), rulesvc.Config{Canary: rulesvc.Canary{Disabled: true}})
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		req, err := http.NewRequest("GET", r.srv.URL+"/admin/v1/rules", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", scheme+" "+readToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("scheme %q: got status %d, want 200", scheme, resp.StatusCode)
+		}
+	}
+	var res struct {
+		Snapshot rulesvc.Published
+		After    rulesvc.RuleView
+	}
+	mustCall(t, r.srv.URL, "POST", "/admin/v1/rules", map[string]any{"scope": "default",
+		"limits": []map[string]any{{"name": "s", "rate": 0.5, "per": "1s"}}}, 201, &res)
+	if got := res.After.Limits[0].Rate; got != 0.5 {
+		t.Errorf("got rate %v stored, want 0.5 as written", got)
+	}
+	c := startClient(t, r.srv.URL, "gw-1", "eu", rulesync.Config{})
+	waitVersion(t, res.Snapshot.Version, c)
+	l := c.Current().Resolve(time.Now(), rules.Query{APIKey: "anyone"}).Limits[0]
+	if l.Count != 1 || l.Period != 2*time.Second {
+		t.Errorf("got %d per %v enforced, want 1 per 2s", l.Count, l.Period)
 	}
 }

@@ -2,6 +2,7 @@ package rulesvc
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -69,13 +70,16 @@ const maxBody = 1 << 20
 
 // decode reads a JSON body into v, refusing unknown fields and trailing
 // data, with an error that names the field at fault.
-func decode(r *http.Request, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+func decode(r *http.Request, v any) error { return decodeUpTo(r, v, maxBody) }
+
+// decodeUpTo is decode for a body of at most limit bytes.
+func decodeUpTo(r *http.Request, v any, limit int) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
 	if err != nil {
 		return badRequest("", "read body: %v", err)
 	}
-	if len(body) > maxBody {
-		return &apiError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body is larger than %d bytes", maxBody)}
+	if len(body) > limit {
+		return &apiError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body is larger than %d bytes", limit)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -124,14 +128,21 @@ type Token struct {
 	Secret string `yaml:"secret"`
 	// Role is what it may do.
 	Role Role `yaml:"role"`
+	// MaxGateways bounds, for a token of RoleGateway, how many gateways
+	// may be registered under it at once (those that polled within the
+	// gateway TTL). Zero means Config.MaxGateways. A gateway ID belongs to
+	// the token that registered it while it lives: another token cannot
+	// poll or report as it.
+	MaxGateways int `yaml:"max_gateways,omitempty"`
 }
 
 // token is a Token with its secret hashed, so comparisons take the same
 // time whatever the lengths.
 type token struct {
-	name string
-	sum  [32]byte
-	role Role
+	name        string
+	sum         [32]byte
+	role        Role
+	maxGateways int // for RoleGateway
 }
 
 func checkTokens(ts []Token) error {
@@ -146,16 +157,19 @@ func checkTokens(ts []Token) error {
 			return fmt.Errorf("rulesvc: token %s: role %q is not read, write or gateway", t.Name, t.Role)
 		case seen[t.Secret]:
 			return fmt.Errorf("rulesvc: token %s: secret is used by another token", t.Name)
+		case t.MaxGateways < 0 || (t.MaxGateways > 0 && t.Role != RoleGateway):
+			return fmt.Errorf("rulesvc: token %s: max_gateways %d: want a positive bound, on a gateway token only", t.Name, t.MaxGateways)
 		}
 		seen[t.Secret] = true
 	}
 	return nil
 }
 
-func compileTokens(ts []Token) (out []token, gatewayOpen bool) {
+func compileTokens(ts []Token, maxGateways int) (out []token, gatewayOpen bool) {
 	gatewayOpen = true
 	for _, t := range ts {
-		out = append(out, token{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), role: t.Role})
+		out = append(out, token{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), role: t.Role,
+			maxGateways: cmp.Or(t.MaxGateways, maxGateways)})
 		if t.Role == RoleGateway {
 			gatewayOpen = false
 		}
@@ -166,8 +180,13 @@ func compileTokens(ts []Token) (out []token, gatewayOpen bool) {
 // caller finds the token of a request. It compares with every token, so the
 // time taken does not say which one nearly matched.
 func (s *Service) caller(r *http.Request) (token, bool) {
-	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || secret == "" {
+	// The scheme is case-insensitive (RFC 9110, section 11.1).
+	auth := r.Header.Get("Authorization")
+	if len(auth) < 7 || !strings.EqualFold(auth[:7], "Bearer ") {
+		return token{}, false
+	}
+	secret := strings.TrimLeft(auth[7:], " ")
+	if secret == "" {
 		return token{}, false
 	}
 	sum := sha256.Sum256([]byte(secret))
@@ -190,6 +209,10 @@ func allows(have, need Role) bool {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Service) authorized(need Role, h func(w http.ResponseWriter, r *http.Request, who string) error) http.Handler {
+	return s.authorizedToken(need, func(w http.ResponseWriter, r *http.Request, t token) error { return h(w, r, t.name) })
+}
+
+func (s *Service) authorizedToken(need Role, h gatewayHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, ok := s.caller(r)
 		switch {
@@ -203,17 +226,25 @@ func (s *Service) authorized(need Role, h func(w http.ResponseWriter, r *http.Re
 				msg: fmt.Sprintf("token %s has role %s; this needs %s", t.name, t.role, need)})
 			return
 		}
-		s.handle(w, r, func(w http.ResponseWriter, r *http.Request) error { return h(w, r, t.name) })
+		s.handle(w, r, func(w http.ResponseWriter, r *http.Request) error { return h(w, r, t) })
 	})
 }
 
-// gateway guards the endpoints gateways use: open when no gateway token is
-// configured.
-func (s *Service) gateway(h handlerFunc) http.Handler {
+// gatewayHandler is a gateway endpoint's handler: tok is the caller's
+// token, the zero token with the trusted network's bound when the service
+// runs without gateway tokens.
+type gatewayHandler func(w http.ResponseWriter, r *http.Request, tok token) error
+
+// gateway guards the endpoints gateways use: open, on a trusted network,
+// when no gateway token is configured.
+func (s *Service) gateway(h gatewayHandler) http.Handler {
 	if s.gwOpen {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handle(w, r, h) })
+		open := token{role: RoleGateway, maxGateways: s.cfg.MaxGateways}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.handle(w, r, func(w http.ResponseWriter, r *http.Request) error { return h(w, r, open) })
+		})
 	}
-	return s.authorized(RoleGateway, func(w http.ResponseWriter, r *http.Request, _ string) error { return h(w, r) })
+	return s.authorizedToken(RoleGateway, h)
 }
 
 // handle runs h and writes its error, logging the unexpected ones.

@@ -126,13 +126,15 @@ func readKeys(ctx context.Context, q querier) (map[string]rules.KeyInfo, error) 
 }
 
 func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
-	rows, err := q.Query(ctx, "SELECT name, method, path, cost FROM endpoints ORDER BY name")
+	rows, err := q.Query(ctx, "SELECT name, method, path, case_sensitive, cost FROM endpoints ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("read endpoints: %w", err)
 	}
 	eps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rules.Endpoint, error) {
 		var ep rules.Endpoint
-		err := r.Scan(&ep.Name, &ep.Method, &ep.Path, &ep.Cost)
+		var cost int64
+		err := r.Scan(&ep.Name, &ep.Method, &ep.Path, &ep.CaseSensitive, &cost)
+		ep.Cost = rules.Tokens(cost)
 		return ep, err
 	})
 	if err != nil {

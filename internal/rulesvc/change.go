@@ -198,12 +198,12 @@ func promotedReason(emergency bool) string {
 	return "canary disabled"
 }
 
-// pickCanaries chooses about Canary.Fraction of the subscribed gateways, at
-// least one, by a hash of the version and gateway ID: stable for a version,
+// pickCanaries chooses about Canary.Fraction of the gateways that count in
+// the fleet (they poll and report, so a canary's counts can be compared),
+// at least one, by a hash of the version and gateway ID: stable for a version,
 // different gateways for different versions.
 func (s *Service) pickCanaries(ctx context.Context, q querier, version int64) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM gateways WHERE last_seen > now() - make_interval(secs => $1)`,
-		s.cfg.GatewayTTL.Seconds())
+	rows, err := q.Query(ctx, `SELECT id FROM gateways WHERE `+liveGateways, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("read gateways: %w", err)
 	}

@@ -26,14 +26,15 @@ func startService(t *testing.T, schema, addr string, extra ...string) *proctest.
 	t.Helper()
 	args := append([]string{"rules", "--postgres", postgresDSN(), "--schema", schema, "--listen", addr,
 		"--poll-timeout", "2s", "--gateway-ttl", "10s", "--refresh", "500ms"}, extra...)
-	return sluice.StartEnv(t, []string{"SLUICE_WRITE_TOKEN=" + writeToken, "SLUICE_READ_TOKEN=" + readToken}, args...)
+	return sluice.StartEnv(t, []string{"SLUICE_WRITE_TOKEN=" + writeToken, "SLUICE_READ_TOKEN=" + readToken,
+		"SLUICE_GATEWAY_TOKEN=" + gatewayToken}, args...)
 }
 
 // startGateway runs a gateway following the service at url, keeping its
 // rules in cache.
 func startGateway(t *testing.T, id, url, cache string) *proctest.Process {
 	t.Helper()
-	return sluice.StartEnv(t, []string{"SLUICE_GATEWAY_ID=" + id, "SLUICE_REGION=eu"},
+	return sluice.StartEnv(t, []string{"SLUICE_GATEWAY_ID=" + id, "SLUICE_REGION=eu", "SLUICE_GATEWAY_TOKEN=" + gatewayToken},
 		"gateway", "--listen", "127.0.0.1:0", "--rules-url", url, "--rules-cache", cache, "--log-level", "warn")
 }
 
@@ -237,7 +238,10 @@ func TestE2EExpiredOverrideStopsApplying(t *testing.T) {
 
 	expires := time.Now().Add(3 * time.Second)
 	var res struct {
-		Snapshot struct{ Version, Emergency int64 }
+		Snapshot struct {
+			Version   int64
+			Emergency int64 `json:"emergency_version"`
+		}
 	}
 	mustCall(t, svc.URL, "PUT", "/admin/v1/overrides/key_free", map[string]any{
 		"limits":     []map[string]any{{"name": "clamp", "rate": 1, "per": "1h"}},
@@ -272,8 +276,8 @@ func TestE2EGatewayIdentityFlags(t *testing.T) {
 	schema := newSchema(t)
 	svc := startService(t, schema, "127.0.0.1:0")
 	seedFree(t, svc.URL)
-	sluice.Start(t, "gateway", "--listen", "127.0.0.1:0", "--rules-url", svc.URL,
-		"--gateway-id", "gw-flagged", "--region", "ap", "--log-level", "warn")
+	sluice.StartEnv(t, []string{"SLUICE_GATEWAY_TOKEN=" + gatewayToken}, "gateway", "--listen", "127.0.0.1:0",
+		"--rules-url", svc.URL, "--gateway-id", "gw-flagged", "--region", "ap", "--log-level", "warn")
 	eventually(t, 10*time.Second, "gw-flagged counted in region ap", func() bool {
 		var res struct {
 			Fleet struct {

@@ -37,7 +37,12 @@ func keyEntries() entries[rules.KeyInfo] {
 			return err
 		},
 		remove: "DELETE FROM api_keys WHERE key = $1",
-		check:  func(string, *rules.KeyInfo) error { return nil },
+		check: func(key string, _ *rules.KeyInfo) error {
+			if err := rules.CheckKey(key); err != nil {
+				return badRequest("key", "%v", err)
+			}
+			return nil
+		},
 	}
 }
 
@@ -46,13 +51,17 @@ func endpointEntries() entries[rules.Endpoint] {
 		kind: "endpoint", path: "endpoints",
 		read: func(ctx context.Context, q querier, name string) (*rules.Endpoint, error) {
 			ep := rules.Endpoint{Name: name}
-			err := q.QueryRow(ctx, "SELECT method, path, cost FROM endpoints WHERE name = $1", name).Scan(&ep.Method, &ep.Path, &ep.Cost)
+			var cost int64
+			err := q.QueryRow(ctx, "SELECT method, path, case_sensitive, cost FROM endpoints WHERE name = $1",
+				name).Scan(&ep.Method, &ep.Path, &ep.CaseSensitive, &cost)
+			ep.Cost = rules.Tokens(cost)
 			return &ep, err
 		},
 		write: func(ctx context.Context, tx pgx.Tx, name string, ep rules.Endpoint) error {
-			_, err := tx.Exec(ctx, `INSERT INTO endpoints (name, method, path, cost) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (name) DO UPDATE SET method = excluded.method, path = excluded.path, cost = excluded.cost,
-				updated_at = now()`, name, ep.Method, ep.Path, ep.Cost)
+			_, err := tx.Exec(ctx, `INSERT INTO endpoints (name, method, path, case_sensitive, cost) VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (name) DO UPDATE SET method = excluded.method, path = excluded.path,
+				case_sensitive = excluded.case_sensitive, cost = excluded.cost, updated_at = now()`,
+				name, ep.Method, ep.Path, ep.CaseSensitive, int64(ep.Cost))
 			return err
 		},
 		remove: "DELETE FROM endpoints WHERE name = $1",

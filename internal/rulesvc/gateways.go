@@ -3,14 +3,17 @@ package rulesvc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // assigned returns the snapshot gateway gw should run: the canary version
@@ -23,14 +26,14 @@ func (st *state) assigned(gw string) (sn *snap, canary bool) {
 }
 
 // serveSnapshot is the gateways' long poll.
-func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
+func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok token) error {
 	q := r.URL.Query()
 	gw, region := q.Get("gateway"), q.Get("region")
-	if err := rulesync.CheckGatewayID(gw); err != nil {
+	if err := rulesapi.CheckGatewayID(gw); err != nil {
 		return badRequest("gateway", "%v", err)
 	}
-	if len(region) > 64 {
-		return badRequest("region", "is %d bytes, longer than 64", len(region))
+	if err := checkRegion(region); err != nil {
+		return err
 	}
 	var have int64
 	if a := q.Get("after"); a != "" {
@@ -48,10 +51,16 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 		}
 		wait = min(d, wait)
 	}
-	if err := s.register(r.Context(), gw, region, have); err != nil && r.Context().Err() == nil {
-		// The snapshot in memory is still good: serve it without the
-		// database, which only loses this poll from the fleet count.
-		s.log.Warn("rules service: gateway not registered", "gateway", gw, "err", err)
+	if err := s.register(r.Context(), tok, gw, region, have); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return err
+		}
+		if r.Context().Err() == nil {
+			// The snapshot in memory is still good: serve it without the
+			// database, which only loses this poll from the fleet count.
+			s.log.Warn("rules service: gateway not registered", "gateway", gw, "err", err)
+		}
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -60,7 +69,7 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 		st := s.state.Load()
 		sn, canary := st.assigned(gw)
 		if sn.version != have {
-			return writeSnapshot(w, st, sn, canary)
+			return writeSnapshot(w, st, sn, canary, have)
 		}
 		select {
 		case <-changed:
@@ -78,86 +87,130 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func setHeaders(w http.ResponseWriter, f rulesync.Fleet, canary bool) {
-	if b, err := json.Marshal(f); err == nil {
-		w.Header().Set(rulesync.FleetHeader, string(b))
+func checkRegion(region string) error {
+	if len(region) > 64 {
+		return badRequest("region", "is %d bytes, longer than 64", len(region))
 	}
-	w.Header().Set(rulesync.CanaryHeader, map[bool]string{false: "0", true: "1"}[canary])
-}
-
-func writeSnapshot(w http.ResponseWriter, st *state, sn *snap, canary bool) error {
-	setHeaders(w, st.fleet, canary)
-	writeJSON(w, http.StatusOK, rulesync.Snapshot{Version: sn.version, Hash: sn.hash, Canary: canary,
-		Fleet: st.fleet, Document: sn.doc})
+	if strings.IndexFunc(region, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+		return badRequest("region", "%q holds a control character", region)
+	}
 	return nil
 }
 
-// register records that a gateway polled, so it counts in the fleet.
-func (s *Service) register(ctx context.Context, gw, region string, version int64) error {
+func setHeaders(w http.ResponseWriter, f rulesapi.Fleet, canary bool) {
+	if b, err := json.Marshal(f); err == nil {
+		w.Header().Set(rulesapi.FleetHeader, string(b))
+	}
+	w.Header().Set(rulesapi.CanaryHeader, map[bool]string{false: "0", true: "1"}[canary])
+}
+
+// writeSnapshot answers with sn to a gateway that holds version have. An
+// older version than have is marked a rollback only when have is a canary
+// the service withdrew; any other gateway ahead of this replica refuses it.
+func writeSnapshot(w http.ResponseWriter, st *state, sn *snap, canary bool, have int64) error {
+	setHeaders(w, st.fleet, canary)
+	writeJSON(w, http.StatusOK, rulesapi.Snapshot{Version: sn.version, Hash: sn.hash, Canary: canary,
+		Rollback: sn.version < have && st.withdrawn[have], Fleet: st.fleet, Document: sn.doc})
+	return nil
+}
+
+// register records that a gateway polled. A gateway ID belongs to the token
+// that registered it while the gateway lives, and a token registers at most
+// its maxGateways live gateways: a holder of one token cannot take over the
+// gateways of another, nor make up gateways without bound. Two new
+// gateways registering at once may pass the bound by one.
+func (s *Service) register(ctx context.Context, tok token, gw, region string, version int64) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `INSERT INTO gateways (id, region, version, last_seen) VALUES ($1, $2, $3, now())
-		ON CONFLICT (id) DO UPDATE SET region = excluded.region, version = excluded.version, last_seen = now()`,
-		gw, region, version)
+	ttl := s.cfg.GatewayTTL.Seconds()
+	// A live gateway polls again: only a new (or revived) one counts
+	// against the token's bound.
+	tag, err := s.pool.Exec(ctx, `UPDATE gateways SET region = $3, version = $4, last_seen = now()
+		WHERE id = $1 AND token = $2 AND last_seen > now() - make_interval(secs => $5)`, gw, tok.name, region, version, ttl)
+	if err != nil {
+		return fmt.Errorf("register gateway %s: %w", gw, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var owner string
+	var ownerLive bool
+	err = s.pool.QueryRow(ctx, `SELECT token, last_seen > now() - make_interval(secs => $2) FROM gateways WHERE id = $1`,
+		gw, ttl).Scan(&owner, &ownerLive)
+	switch {
+	case isNoRows(err):
+	case err != nil:
+		return fmt.Errorf("register gateway %s: %w", gw, err)
+	case ownerLive && owner != "":
+		// A row without a token comes from before gateway tokens (an older
+		// version of the service, or a trusted network): any token may
+		// claim it, so an upgrade does not lock its gateways out.
+		return &apiError{status: http.StatusForbidden, field: "gateway",
+			msg: fmt.Sprintf("gateway ID %q is registered under another token; give each gateway its own ID", gw)}
+	}
+	var live int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM gateways WHERE token = $1 AND last_seen > now() - make_interval(secs => $2)`,
+		tok.name, ttl).Scan(&live); err != nil {
+		return fmt.Errorf("register gateway %s: %w", gw, err)
+	}
+	if live >= tok.maxGateways {
+		s.metrics.refusedGateways.Inc()
+		return &apiError{status: http.StatusForbidden, field: "gateway",
+			msg: fmt.Sprintf("%s already has %d gateways registered, its most (max_gateways): a new one is refused "+
+				"until one stops polling for %v", tokenLabel(tok), live, s.cfg.GatewayTTL)}
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO gateways (id, region, version, last_seen, token, last_report, report_credit, credit_at)
+		VALUES ($1, $2, $3, now(), $4, NULL, $5, now())
+		ON CONFLICT (id) DO UPDATE SET region = excluded.region, version = excluded.version, last_seen = now(),
+			token = excluded.token, last_report = NULL, report_credit = excluded.report_credit, credit_at = now()`,
+		gw, region, version, tok.name, float64(reportBurst))
 	if err != nil {
 		return fmt.Errorf("register gateway %s: %w", gw, err)
 	}
 	return nil
 }
 
-// maxReportVersions bounds one report, so a gateway cannot make the service
-// write without limit.
-const (
-	maxReportVersions = 16
-	maxReportRules    = 256
-	maxReportKeys     = 20
-)
+func tokenLabel(tok token) string {
+	if tok.name == "" {
+		return "the trusted network"
+	}
+	return "token " + tok.name
+}
+
+// reportBurst is how many reports a gateway may send at once after a
+// quiet spell; Config.ReportRate refills them.
+const reportBurst = 5
 
 // serveReport stores a gateway's counts: decisions per version for the
-// canary, and what shadow rules would have refused.
-func (s *Service) serveReport(w http.ResponseWriter, r *http.Request) error {
-	var rep rulesync.Report
-	if err := decode(r, &rep); err != nil {
+// canary, and what shadow rules would have refused. A report is bounded
+// in size, content and rate (see rulesapi's MaxReport constants and
+// Config.ReportRate) and accepted only from a gateway that polled under
+// the same token.
+func (s *Service) serveReport(w http.ResponseWriter, r *http.Request, tok token) error {
+	var rep rulesapi.Report
+	if err := decodeUpTo(r, &rep, rulesapi.MaxReportBytes); err != nil {
 		return err
 	}
-	if err := rulesync.CheckGatewayID(rep.Gateway); err != nil {
-		return badRequest("gateway", "%v", err)
+	rows, err := checkReport(&rep)
+	if err != nil {
+		return err
 	}
-	if len(rep.Versions) > maxReportVersions {
-		return badRequest("versions", "%d versions, more than %d", len(rep.Versions), maxReportVersions)
+	if err := s.spendReport(r.Context(), w, tok, rep.Gateway); err != nil {
+		return err
 	}
 	batch := &pgx.Batch{}
-	for i, v := range rep.Versions {
-		if v.Requests < 0 || v.Refused < 0 || v.Refused > v.Requests {
-			return badRequest(fmt.Sprintf("versions[%d]", i), "refused %d of %d requests", v.Refused, v.Requests)
-		}
-		if len(v.Shadow) > maxReportRules {
-			return badRequest(fmt.Sprintf("versions[%d].shadow", i), "%d rules, more than %d", len(v.Shadow), maxReportRules)
-		}
-		if v.Requests > 0 {
+	for _, row := range rows {
+		if row.rule == 0 {
 			batch.Queue("INSERT INTO decisions (gateway, version, requests, refused) VALUES ($1, $2, $3, $4)",
-				rep.Gateway, v.Version, v.Requests, v.Refused)
+				rep.Gateway, row.version, row.requests, row.refused)
+			continue
 		}
-		for j, sh := range v.Shadow {
-			if len(sh.TopKeys) > maxReportKeys {
-				return badRequest(fmt.Sprintf("versions[%d].shadow[%d].top_keys", i, j), "%d keys, more than %d",
-					len(sh.TopKeys), maxReportKeys)
-			}
-			rest := sh.WouldRefuse
-			for _, k := range sh.TopKeys {
-				if k.Count <= 0 {
-					continue
-				}
-				batch.Queue("INSERT INTO shadow_hits (rule_id, version, gateway, key, hits) VALUES ($1, $2, $3, $4, $5)",
-					sh.Rule, v.Version, rep.Gateway, k.Key, k.Count)
-				rest -= k.Count
-			}
-			if rest > 0 {
-				// The key "" holds hits of keys outside the top ones.
-				batch.Queue("INSERT INTO shadow_hits (rule_id, version, gateway, key, hits) VALUES ($1, $2, $3, '', $4)",
-					sh.Rule, v.Version, rep.Gateway, rest)
-			}
+		key := row.key
+		if key != "" && !s.cfg.ShadowRawKeys {
+			key = rulesapi.KeyHash(storeKey(key))
 		}
+		batch.Queue("INSERT INTO shadow_hits (rule_id, version, gateway, key, hits) VALUES ($1, $2, $3, $4, $5)",
+			row.rule, row.version, rep.Gateway, key, row.requests)
 	}
 	if batch.Len() > 0 {
 		if err := s.pool.SendBatch(r.Context(), batch).Close(); err != nil {
@@ -166,4 +219,153 @@ func (s *Service) serveReport(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// storeKey is the store form of a reported key: gateways send "k:KEY" or
+// "ip:ADDR"; older ones sent an API key bare.
+func storeKey(k string) string {
+	if strings.HasPrefix(k, "k:") || strings.HasPrefix(k, "ip:") {
+		return k
+	}
+	return "k:" + k
+}
+
+// reportRow is one row a report stores: decisions of a version when rule
+// is zero, else hits of a shadow rule's key (key "" holds the hits of keys
+// outside the top ones).
+type reportRow struct {
+	version, rule     int64
+	key               string
+	requests, refused int64
+}
+
+// checkReport validates a report against rulesapi's bounds and returns
+// the rows it stores, at most one per version and one per shadow rule and
+// top key.
+func checkReport(rep *rulesapi.Report) ([]reportRow, error) {
+	if err := rulesapi.CheckGatewayID(rep.Gateway); err != nil {
+		return nil, badRequest("gateway", "%v", err)
+	}
+	if err := checkRegion(rep.Region); err != nil {
+		return nil, err
+	}
+	if len(rep.Versions) > rulesapi.MaxReportVersions {
+		return nil, badRequest("versions", "%d versions, more than %d", len(rep.Versions), rulesapi.MaxReportVersions)
+	}
+	count := func(field string, n int64) error {
+		if n < 0 || n > rulesapi.MaxReportCount {
+			return badRequest(field, "%d is not a count of one report interval (0 to 2^40)", n)
+		}
+		return nil
+	}
+	var rows []reportRow
+	shadowRules := 0
+	seen := map[int64]bool{}
+	for i, v := range rep.Versions {
+		where := fmt.Sprintf("versions[%d]", i)
+		if v.Version <= 0 {
+			return nil, badRequest(where+".version", "%d is not a snapshot version", v.Version)
+		}
+		if seen[v.Version] {
+			return nil, badRequest(where+".version", "%d is reported twice", v.Version)
+		}
+		seen[v.Version] = true
+		if err := count(where+".requests", v.Requests); err != nil {
+			return nil, err
+		}
+		if err := count(where+".refused", v.Refused); err != nil {
+			return nil, err
+		}
+		if v.Refused > v.Requests {
+			return nil, badRequest(where, "refused %d of %d requests", v.Refused, v.Requests)
+		}
+		if v.Requests > 0 {
+			rows = append(rows, reportRow{version: v.Version, requests: v.Requests, refused: v.Refused})
+		}
+		if shadowRules += len(v.Shadow); shadowRules > rulesapi.MaxReportShadowRules {
+			return nil, badRequest(where+".shadow", "more than %d shadow rules in one report", rulesapi.MaxReportShadowRules)
+		}
+		rules := map[int64]bool{}
+		for j, sh := range v.Shadow {
+			where := fmt.Sprintf("%s.shadow[%d]", where, j)
+			switch {
+			case sh.Rule <= 0:
+				return nil, badRequest(where+".rule", "%d is not a rule ID", sh.Rule)
+			case rules[sh.Rule]:
+				return nil, badRequest(where+".rule", "rule %d is reported twice", sh.Rule)
+			case len(sh.TopKeys) > rulesapi.MaxReportTopKeys:
+				return nil, badRequest(where+".top_keys", "%d keys, more than %d", len(sh.TopKeys), rulesapi.MaxReportTopKeys)
+			}
+			rules[sh.Rule] = true
+			if err := count(where+".would_refuse", sh.WouldRefuse); err != nil {
+				return nil, err
+			}
+			rest := sh.WouldRefuse
+			for k, kc := range sh.TopKeys {
+				where := fmt.Sprintf("%s.top_keys[%d]", where, k)
+				if err := checkReportKey(kc.Key); err != nil {
+					return nil, badRequest(where+".key", "%v", err)
+				}
+				if err := count(where+".count", kc.Count); err != nil {
+					return nil, err
+				}
+				if rest -= kc.Count; rest < 0 {
+					return nil, badRequest(where+".count", "the top keys count more than would_refuse, %d", sh.WouldRefuse)
+				}
+				if kc.Count > 0 {
+					rows = append(rows, reportRow{version: v.Version, rule: sh.Rule, key: kc.Key, requests: kc.Count})
+				}
+			}
+			if rest > 0 {
+				rows = append(rows, reportRow{version: v.Version, rule: sh.Rule, requests: rest})
+			}
+		}
+	}
+	return rows, nil
+}
+
+// checkReportKey refuses a top key no gateway could have counted.
+func checkReportKey(k string) error {
+	switch {
+	case k == "":
+		return fmt.Errorf("is empty")
+	case len(k) > rulesapi.MaxReportKey:
+		return fmt.Errorf("is %d bytes, longer than %d", len(k), rulesapi.MaxReportKey)
+	case strings.IndexFunc(k, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0:
+		return fmt.Errorf("%q holds a control character", k)
+	}
+	return nil
+}
+
+// spendReport takes one report from the gateway's bucket. It refuses a
+// gateway that has not polled under tok (409 or 403), and one over its
+// report rate (429, with Retry-After).
+func (s *Service) spendReport(ctx context.Context, w http.ResponseWriter, tok token, gw string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	const credit = `least($3::float8, report_credit + extract(epoch FROM now() - credit_at) * $4::float8)`
+	tag, err := s.pool.Exec(ctx, `UPDATE gateways SET report_credit = `+credit+` - 1, credit_at = now(), last_report = now()
+		WHERE id = $1 AND token = $2 AND `+credit+` >= 1`, gw, tok.name, float64(reportBurst), s.cfg.ReportRate)
+	if err != nil {
+		return fmt.Errorf("report of gateway %s: %w", gw, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var owner string
+	err = s.pool.QueryRow(ctx, `SELECT token FROM gateways WHERE id = $1`, gw).Scan(&owner)
+	switch {
+	case isNoRows(err):
+		return &apiError{status: http.StatusConflict, field: "gateway",
+			msg: fmt.Sprintf("gateway %q has not polled: a gateway reports only after it polls %s", gw, rulesapi.SnapshotPath)}
+	case err != nil:
+		return fmt.Errorf("report of gateway %s: %w", gw, err)
+	case owner != tok.name:
+		return &apiError{status: http.StatusForbidden, field: "gateway",
+			msg: fmt.Sprintf("gateway ID %q is registered under another token", gw)}
+	}
+	s.metrics.refusedReports.Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(1/s.cfg.ReportRate)))))
+	return &apiError{status: http.StatusTooManyRequests, field: "gateway",
+		msg: fmt.Sprintf("gateway %q sends reports faster than %v a second", gw, s.cfg.ReportRate)}
 }

@@ -21,13 +21,15 @@ import (
 )
 
 const (
-	readToken  = "read-token-0123456789"
-	writeToken = "write-token-0123456789"
+	readToken    = "read-token-0123456789"
+	writeToken   = "write-token-0123456789"
+	gatewayToken = "gateway-token-0123456789"
 )
 
 var testTokens = []rulesvc.Token{
 	{Name: "alice", Secret: writeToken, Role: rulesvc.RoleWrite},
 	{Name: "bob", Secret: readToken, Role: rulesvc.RoleRead},
+	{Name: "gateways", Secret: gatewayToken, Role: rulesvc.RoleGateway},
 }
 
 // postgresDSN is the test database; a test fails, never skips, without it.
@@ -92,6 +94,11 @@ func startReplicaDSN(t *testing.T, dsn, schema string, cfg rulesvc.Config) *repl
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
+	}
+	if cfg.ReportRate == 0 {
+		// Test clients report every 100 ms; tests of the report rate set
+		// their own.
+		cfg.ReportRate = 50
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := rulesvc.New(ctx, cfg)

@@ -13,6 +13,10 @@ type metrics struct {
 	halted   prometheus.Gauge
 	gateways *prometheus.GaugeVec
 	changes  *prometheus.CounterVec
+
+	refusedGateways prometheus.Counter
+	refusedReports  prometheus.Counter
+	uncompared      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,11 +31,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Gateways subscribed, by region."}, []string{"region"}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rulesvc_changes_total",
 			Help: "Admin changes committed by this replica, by action."}, []string{"action"}),
+		refusedGateways: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rulesvc_gateways_refused_total",
+			Help: "Polls of new gateways refused because their token had its most gateways registered."}),
+		refusedReports: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rulesvc_reports_refused_total",
+			Help: "Reports refused because their gateway sent them faster than the report rate."}),
+		uncompared: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rulesvc_uncompared_promotions_total",
+			Help: "Canary versions promoted at the end of their window without enough requests on a side to compare refusal rates."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.stable, m.canary, m.halted, m.gateways, m.changes} {
+	for _, c := range []prometheus.Collector{m.stable, m.canary, m.halted, m.gateways, m.changes,
+		m.refusedGateways, m.refusedReports, m.uncompared} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rulesvc: register metrics: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,24 +35,31 @@ const (
 
 // judge decides a canary from its counts: halt when both sides have the
 // minimum sample and the canary refuses more than threshold above the
-// rest; else promote once the window is over. It is pure, so tests drive it
-// with numbers.
-func judge(canary, rest Side, c Canary, windowOver bool) (verdict, string) {
-	if canary.Requests >= c.MinSample && rest.Requests >= c.MinSample && canary.Rate()-rest.Rate() > c.Threshold {
+// rest; else promote once the window is over. compared says whether both
+// sides had the minimum sample: a promotion without it says so in its
+// reason. It is pure, so tests drive it with numbers.
+func judge(canary, rest Side, c Canary, windowOver bool) (v verdict, reason string, compared bool) {
+	compared = canary.Requests >= c.MinSample && rest.Requests >= c.MinSample
+	if compared && canary.Rate()-rest.Rate() > c.Threshold {
 		return halt, fmt.Sprintf("canary refused %.4f of requests (%d of %d), the rest %.4f (%d of %d): more than %.4f higher",
-			canary.Rate(), canary.Refused, canary.Requests, rest.Rate(), rest.Refused, rest.Requests, c.Threshold)
+			canary.Rate(), canary.Refused, canary.Requests, rest.Rate(), rest.Refused, rest.Requests, c.Threshold), true
 	}
-	if windowOver {
-		return promote, fmt.Sprintf("canary window over: canary refused %.4f (%d of %d), the rest %.4f (%d of %d)",
-			canary.Rate(), canary.Refused, canary.Requests, rest.Rate(), rest.Refused, rest.Requests)
+	if !windowOver {
+		return keepGoing, "", compared
 	}
-	return keepGoing, ""
+	if !compared {
+		return promote, fmt.Sprintf("canary window over, promoted WITHOUT COMPARISON: the canary reported %d requests "+
+			"and the rest %d, and each side needs %d before refusal rates are compared", canary.Requests, rest.Requests,
+			c.MinSample), false
+	}
+	return promote, fmt.Sprintf("canary window over: canary refused %.4f (%d of %d), the rest %.4f (%d of %d)",
+		canary.Rate(), canary.Refused, canary.Requests, rest.Rate(), rest.Refused, rest.Requests), true
 }
 
 // evaluate decides the running canary, if any. Every replica runs it; the
 // row lock lets one decide at a time.
 func (s *Service) evaluate(ctx context.Context) error {
-	changed := false
+	changed, uncompared := false, false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var (
 			v          int64
@@ -84,25 +92,34 @@ func (s *Service) evaluate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		verd, reason := judge(can, rest, s.cfg.Canary, windowOver)
+		verd, reason, compared := judge(can, rest, s.cfg.Canary, windowOver)
 		st := map[verdict]string{halt: "halted", promote: "promoted"}[verd]
 		if st == "" {
 			return nil
 		}
 		changed = true
-		if _, err := tx.Exec(ctx, "UPDATE rollouts SET state = $1, decided_at = now(), reason = $2 WHERE version = $3",
-			st, reason, v); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE rollouts SET state = $1, decided_at = now(), reason = $2, compared = $3 WHERE version = $4",
+			st, reason, compared, v); err != nil {
 			return fmt.Errorf("decide rollout %d: %w", v, err)
 		}
-		after := map[string]any{"version": v, "state": st, "reason": reason}
+		after := map[string]any{"version": v, "state": st, "reason": reason, "compared": compared,
+			"canary_counts": can, "rest_counts": rest}
 		if err := audit(ctx, tx, "sluice", "rollout."+st, fmt.Sprintf("rollouts/%d", v), nil, after, v); err != nil {
 			return err
 		}
-		s.log.Info("rules service: rollout decided", "version", v, "state", st, "reason", reason)
+		if compared {
+			s.log.Info("rules service: rollout decided", "version", v, "state", st, "reason", reason)
+		} else {
+			uncompared = true
+			s.log.Warn("rules service: canary promoted without comparison", "version", v, "reason", reason)
+		}
 		return s.notify(ctx, tx)
 	})
 	if err != nil {
 		return err
+	}
+	if uncompared {
+		s.metrics.uncompared.Inc()
 	}
 	if changed {
 		return s.reload(ctx)
@@ -110,14 +127,21 @@ func (s *Service) evaluate(ctx context.Context) error {
 	return nil
 }
 
+// saturated is a sum of counts as a bigint: PostgreSQL sums bigints as
+// numeric, which cannot overflow, and the result is capped at the largest
+// bigint, so rows that add up beyond it cannot break a read.
+func saturated(sum string) string {
+	return "least(coalesce(" + sum + ", 0), 9223372036854775807)::bigint"
+}
+
 // canaryCounts sums what the canaries reported of version v, and what the
-// other gateways reported, since the canary started.
+// other gateways reported, since the canary started. Sums saturate.
 func canaryCounts(ctx context.Context, q querier, v int64, canaries []string, since time.Time) (can, rest Side, err error) {
-	err = q.QueryRow(ctx, `SELECT
-			coalesce(sum(requests) FILTER (WHERE gateway = ANY($2) AND version = $1), 0),
-			coalesce(sum(refused)  FILTER (WHERE gateway = ANY($2) AND version = $1), 0),
-			coalesce(sum(requests) FILTER (WHERE NOT gateway = ANY($2)), 0),
-			coalesce(sum(refused)  FILTER (WHERE NOT gateway = ANY($2)), 0)
+	err = q.QueryRow(ctx, `SELECT `+
+		saturated("sum(requests) FILTER (WHERE gateway = ANY($2) AND version = $1)")+`, `+
+		saturated("sum(refused) FILTER (WHERE gateway = ANY($2) AND version = $1)")+`, `+
+		saturated("sum(requests) FILTER (WHERE NOT gateway = ANY($2))")+`, `+
+		saturated("sum(refused) FILTER (WHERE NOT gateway = ANY($2))")+`
 		FROM decisions WHERE at >= $3`, v, canaries, since).Scan(&can.Requests, &can.Refused, &rest.Requests, &rest.Refused)
 	if err != nil {
 		err = fmt.Errorf("count canary decisions of %d: %w", v, err)
@@ -135,7 +159,7 @@ func (s *Service) decideByHand(st string) func(w http.ResponseWriter, r *http.Re
 		if err := decode(r, &body); err != nil {
 			return err
 		}
-		if body.Reason == "" {
+		if strings.TrimSpace(body.Reason) == "" {
 			return badRequest("reason", "is required: say why the rollout is %s by hand", st)
 		}
 		var v int64

@@ -15,21 +15,26 @@ func TestJudge(t *testing.T) {
 		windowOver   bool
 		want         verdict
 		wantWhy      string
+		wantCompared bool
 	}{
-		{"too few canary requests", Side{50, 50}, Side{1000, 0}, false, keepGoing, ""},
-		{"too few requests elsewhere", Side{1000, 900}, Side{99, 0}, false, keepGoing, ""},
-		{"canary refuses much more", Side{200, 40}, Side{1000, 50}, false, halt, "canary refused 0.2000 of requests (40 of 200), the rest 0.0500 (50 of 1000)"},
-		{"halts even once the window is over", Side{200, 40}, Side{1000, 50}, true, halt, "more than 0.0500 higher"},
-		{"within the threshold", Side{1000, 90}, Side{1000, 50}, false, keepGoing, ""},
-		{"exactly the threshold", Side{1000, 100}, Side{1000, 50}, false, keepGoing, ""},
-		{"canary refuses less", Side{1000, 0}, Side{1000, 500}, true, promote, "canary window over"},
-		{"no traffic at all", Side{}, Side{}, true, promote, "canary window over"},
+		{"too few canary requests", Side{50, 50}, Side{1000, 0}, false, keepGoing, "", false},
+		{"too few requests elsewhere", Side{1000, 900}, Side{99, 0}, false, keepGoing, "", false},
+		{"canary refuses much more", Side{200, 40}, Side{1000, 50}, false, halt, "canary refused 0.2000 of requests (40 of 200), the rest 0.0500 (50 of 1000)", true},
+		{"halts even once the window is over", Side{200, 40}, Side{1000, 50}, true, halt, "more than 0.0500 higher", true},
+		{"within the threshold", Side{1000, 90}, Side{1000, 50}, false, keepGoing, "", true},
+		{"exactly the threshold", Side{1000, 100}, Side{1000, 50}, false, keepGoing, "", true},
+		{"canary refuses less", Side{1000, 0}, Side{1000, 500}, true, promote, "canary window over: canary refused", true},
+		// Promoted, since the window is over, but never silently.
+		{"no traffic at all", Side{}, Side{}, true, promote, "promoted WITHOUT COMPARISON: the canary reported 0 requests and the rest 0", false},
+		{"nothing elsewhere", Side{1000, 1000}, Side{}, true, promote, "WITHOUT COMPARISON", false},
+		{"saturated sums", Side{1<<63 - 1, 1<<63 - 1}, Side{1<<63 - 1, 0}, false, halt, "canary refused 1.0000", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, why := judge(tt.canary, tt.rest, c, tt.windowOver)
-			if got != tt.want || !strings.Contains(why, tt.wantWhy) {
-				t.Errorf("got verdict %d %q, want %d containing %q", got, why, tt.want, tt.wantWhy)
+			got, why, compared := judge(tt.canary, tt.rest, c, tt.windowOver)
+			if got != tt.want || !strings.Contains(why, tt.wantWhy) || compared != tt.wantCompared {
+				t.Errorf("got verdict %d %q compared %v, want %d containing %q, compared %v", got, why, compared,
+					tt.want, tt.wantWhy, tt.wantCompared)
 			}
 		})
 	}

@@ -22,7 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // notifyChannel is the PostgreSQL channel every change is announced on. The
@@ -47,9 +49,31 @@ type Config struct {
 	// Schema holds the service's tables; it is created and migrated on
 	// start. Empty means "sluice".
 	Schema string
-	// Tokens are the bearer tokens the API accepts. With no token of
-	// RoleGateway, the gateway endpoints need none.
+	// Tokens are the bearer tokens the API accepts. New refuses a
+	// configuration without a token of RoleGateway unless TrustedNetwork
+	// is set.
 	Tokens []Token
+	// TrustedNetwork serves the gateway endpoints (/v1) without a token
+	// when no token of RoleGateway is configured: for a network where only
+	// gateways reach the service. Anyone who reaches /v1 then reads the
+	// snapshot, key directory included, and counts in the fleet.
+	TrustedNetwork bool
+	// MaxGateways is how many gateways may be registered at once under one
+	// gateway token that does not set its own Token.MaxGateways, and under
+	// the trusted network. Zero means 256.
+	MaxGateways int
+	// GatewayRetention is how long a gateway that stopped polling is kept
+	// in the gateways table, for the admin API's fleet view, before it is
+	// dropped. Zero means 1 hour; it must be at least GatewayTTL.
+	GatewayRetention time.Duration
+	// ReportRate is how many reports a second one gateway may send, on
+	// average, with bursts of five; a report beyond it is refused with
+	// 429. Zero means 1.
+	ReportRate float64
+	// ShadowRawKeys stores the API keys and addresses of shadow reports as
+	// the gateways send them. By default they are stored hashed, as
+	// rulesapi.KeyHash writes them, the form of the gateway's decision log.
+	ShadowRawKeys bool
 	// MaxOverride is the longest an emergency override may last. Zero
 	// means 7 days.
 	MaxOverride time.Duration
@@ -110,6 +134,13 @@ func (c *Config) setDefaults() error {
 	def(&c.GatewayTTL, 90*time.Second)
 	def(&c.Refresh, 5*time.Second)
 	def(&c.ReportRetention, 7*24*time.Hour)
+	def(&c.GatewayRetention, time.Hour)
+	if c.MaxGateways == 0 {
+		c.MaxGateways = 256
+	}
+	if c.ReportRate == 0 {
+		c.ReportRate = 1
+	}
 	def(&c.Canary.Window, 10*time.Minute)
 	def(&c.Canary.Check, min(max(c.Canary.Window/20, 100*time.Millisecond), 5*time.Second))
 	if c.Schema == "" {
@@ -135,6 +166,12 @@ func (c *Config) setDefaults() error {
 		return errors.New("rulesvc: durations must not be negative")
 	case c.GatewayTTL <= c.PollTimeout:
 		return fmt.Errorf("rulesvc: gateway TTL %v must exceed the poll timeout %v", c.GatewayTTL, c.PollTimeout)
+	case c.GatewayRetention < c.GatewayTTL:
+		return fmt.Errorf("rulesvc: gateway retention %v is shorter than the gateway TTL %v", c.GatewayRetention, c.GatewayTTL)
+	case c.MaxGateways < 0:
+		return fmt.Errorf("rulesvc: MaxGateways %d is negative", c.MaxGateways)
+	case c.ReportRate < 0 || math.IsNaN(c.ReportRate) || math.IsInf(c.ReportRate, 0):
+		return fmt.Errorf("rulesvc: report rate %v is not a positive number", c.ReportRate)
 	case c.Canary.Fraction < 0 || c.Canary.Fraction > 1:
 		return fmt.Errorf("rulesvc: canary fraction %v is not between 0 and 1", c.Canary.Fraction)
 	case c.Canary.Threshold < 0 || c.Canary.Threshold > 1:
@@ -142,7 +179,15 @@ func (c *Config) setDefaults() error {
 	case c.Canary.MinSample < 0:
 		return fmt.Errorf("rulesvc: canary minimum sample %d is negative", c.Canary.MinSample)
 	}
-	return checkTokens(c.Tokens)
+	if err := checkTokens(c.Tokens); err != nil {
+		return err
+	}
+	if !c.TrustedNetwork && !slices.ContainsFunc(c.Tokens, func(t Token) bool { return t.Role == RoleGateway }) {
+		return errors.New("rulesvc: no gateway token is configured, so /v1 (snapshots, the key directory, reports) " +
+			"would be open to anyone who reaches it: add a token of role gateway, or declare the network trusted " +
+			"(Config.TrustedNetwork, --trusted-network) if only gateways can reach the service")
+	}
+	return nil
 }
 
 // Service is one replica of the rules service. Its methods are safe for
@@ -175,7 +220,10 @@ type state struct {
 	canary   *snap // nil when no canary runs
 	canaries map[string]bool
 	halted   int64 // newest halted version above stable; 0 for none
-	fleet    rulesync.Fleet
+	// withdrawn are the canary versions above stable that were halted or
+	// superseded: a gateway holding one is sent back with Rollback set.
+	withdrawn map[int64]bool
+	fleet     rulesapi.Fleet
 }
 
 // snap is one stored snapshot.
@@ -202,8 +250,17 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m,
 		changed: make(chan struct{}), stopped: make(chan struct{})}
-	s.tokens, s.gwOpen = compileTokens(cfg.Tokens)
+	s.tokens, s.gwOpen = compileTokens(cfg.Tokens, cfg.MaxGateways)
 	s.state.Store(&state{})
+	if s.gwOpen {
+		s.log.Warn("rules service: no gateway token; /v1 is open to anyone on the network, which is declared trusted",
+			"max_gateways", cfg.MaxGateways)
+	}
+	for _, t := range s.tokens {
+		if t.role == RoleGateway {
+			s.log.Info("rules service: gateway token", "name", t.name, "max_gateways", t.maxGateways)
+		}
+	}
 	if err := s.reload(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -225,8 +282,8 @@ func (s *Service) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.adminRoutes(mux)
-	mux.Handle("GET "+rulesync.SnapshotPath, s.gateway(s.serveSnapshot))
-	mux.Handle("POST "+rulesync.ReportPath, s.gateway(s.serveReport))
+	mux.Handle("GET "+rulesapi.SnapshotPath, s.gateway(s.serveSnapshot))
+	mux.Handle("POST "+rulesapi.ReportPath, s.gateway(s.serveReport))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.pool.Ping(r.Context()); err != nil {
 			writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "database unreachable"})
@@ -277,6 +334,10 @@ func (s *Service) refresh(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM shadow_hits WHERE at < now() - make_interval(secs => $1)`,
 		s.cfg.ReportRetention.Seconds()); err != nil {
 		return fmt.Errorf("prune shadow hits: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM gateways WHERE last_seen < now() - make_interval(secs => $1)`,
+		s.cfg.GatewayRetention.Seconds()); err != nil {
+		return fmt.Errorf("prune gateways: %w", err)
 	}
 	return s.reload(ctx)
 }
@@ -379,6 +440,18 @@ func (s *Service) reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read halted rollouts: %w", err)
 	}
+	rows, err := s.pool.Query(ctx, `SELECT version FROM rollouts WHERE state IN ('halted', 'superseded') AND version > $1`, stableV)
+	if err != nil {
+		return fmt.Errorf("read withdrawn rollouts: %w", err)
+	}
+	withdrawn, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("read withdrawn rollouts: %w", err)
+	}
+	next.withdrawn = map[int64]bool{}
+	for _, v := range withdrawn {
+		next.withdrawn[v] = true
+	}
 	if next.fleet, err = s.countFleet(ctx); err != nil {
 		return err
 	}
@@ -408,13 +481,19 @@ func (s *Service) snapshot(ctx context.Context, v int64, old *state) (*snap, err
 	return sn, nil
 }
 
-func (s *Service) countFleet(ctx context.Context) (rulesync.Fleet, error) {
-	rows, err := s.pool.Query(ctx, `SELECT region, count(*) FROM gateways
-		WHERE last_seen > now() - make_interval(secs => $1) GROUP BY region`, s.cfg.GatewayTTL.Seconds())
+// liveGateways selects the gateways that count in the fleet and may be
+// canaries: those that polled and reported within the gateway TTL ($1, in
+// seconds). A gateway that only polls, as one made up by a holder of a
+// gateway token might, counts for nothing.
+const liveGateways = `last_seen > now() - make_interval(secs => $1) AND last_report > now() - make_interval(secs => $1)`
+
+func (s *Service) countFleet(ctx context.Context) (rulesapi.Fleet, error) {
+	rows, err := s.pool.Query(ctx, `SELECT region, count(*) FROM gateways WHERE `+liveGateways+` GROUP BY region`,
+		s.cfg.GatewayTTL.Seconds())
 	if err != nil {
-		return rulesync.Fleet{}, fmt.Errorf("count fleet: %w", err)
+		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
 	}
-	f := rulesync.Fleet{Regions: map[string]int{}}
+	f := rulesapi.Fleet{Regions: map[string]int{}}
 	var region string
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&region, &n}, func() error {
@@ -423,7 +502,7 @@ func (s *Service) countFleet(ctx context.Context) (rulesync.Fleet, error) {
 		return nil
 	})
 	if err != nil {
-		return rulesync.Fleet{}, fmt.Errorf("count fleet: %w", err)
+		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
 	}
 	return f, nil
 }
@@ -436,6 +515,7 @@ func sameState(a, b *state) bool {
 		return s.version
 	}
 	if ver(a.stable) != ver(b.stable) || ver(a.canary) != ver(b.canary) || len(a.canaries) != len(b.canaries) ||
+		len(a.withdrawn) != len(b.withdrawn) ||
 		a.fleet.Total != b.fleet.Total || len(a.fleet.Regions) != len(b.fleet.Regions) {
 		return false
 	}

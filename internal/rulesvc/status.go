@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluice-rl/sluice/internal/rulesync"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // ShadowRule is what one shadow rule would have refused, summed over the
@@ -15,7 +15,7 @@ import (
 type ShadowRule struct {
 	Rule        int64               `json:"rule"`
 	WouldRefuse int64               `json:"would_refuse"`
-	TopKeys     []rulesync.KeyCount `json:"top_keys"`
+	TopKeys     []rulesapi.KeyCount `json:"top_keys"`
 }
 
 // shadowReport answers GET /admin/v1/shadow?since=DURATION (default 24h):
@@ -30,13 +30,13 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		since = d
 	}
 	ctx := r.Context()
-	rows, err := s.pool.Query(ctx, `SELECT rule_id, sum(hits)::bigint FROM shadow_hits
+	rows, err := s.pool.Query(ctx, `SELECT rule_id, `+saturated("sum(hits)")+` FROM shadow_hits
 		WHERE at >= now() - make_interval(secs => $1) GROUP BY rule_id ORDER BY 2 DESC, 1`, since.Seconds())
 	if err != nil {
 		return fmt.Errorf("read shadow hits: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ShadowRule, error) {
-		sr := ShadowRule{TopKeys: []rulesync.KeyCount{}}
+		sr := ShadowRule{TopKeys: []rulesapi.KeyCount{}}
 		err := row.Scan(&sr.Rule, &sr.WouldRefuse)
 		return sr, err
 	})
@@ -44,7 +44,7 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		return fmt.Errorf("read shadow hits: %w", err)
 	}
 	rows, err = s.pool.Query(ctx, `SELECT rule_id, key, total FROM (
-			SELECT rule_id, key, sum(hits)::bigint AS total,
+			SELECT rule_id, key, `+saturated("sum(hits)")+` AS total,
 				row_number() OVER (PARTITION BY rule_id ORDER BY sum(hits) DESC, key) AS rank
 			FROM shadow_hits WHERE at >= now() - make_interval(secs => $1) AND key <> ''
 			GROUP BY rule_id, key) t
@@ -57,7 +57,7 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		at[sr.Rule] = i
 	}
 	var id int64
-	var kc rulesync.KeyCount
+	var kc rulesapi.KeyCount
 	_, err = pgx.ForEachRow(rows, []any{&id, &kc.Key, &kc.Count}, func() error {
 		if i, ok := at[id]; ok {
 			out[i].TopKeys = append(out[i].TopKeys, kc)
@@ -82,6 +82,11 @@ type Rollout struct {
 	DecidedAt *time.Time `json:"decided_at,omitempty"`
 	// Reason says why it was promoted, halted or superseded.
 	Reason string `json:"reason,omitempty"`
+	// Compared says, for a canary decided at the end of its window or by
+	// its counts, whether both sides had enough requests to compare their
+	// refusal rates: false means it was promoted unchecked. Nil for
+	// rollouts without a canary and those decided by hand.
+	Compared *bool `json:"compared,omitempty"`
 	// Canary and Rest are the decisions reported since the canary started,
 	// for the running canary only.
 	Canary *Side `json:"canary_counts,omitempty"`
@@ -102,14 +107,14 @@ func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) erro
 	if err := s.pool.QueryRow(ctx, "SELECT max(version) FROM rollouts WHERE state = 'promoted'").Scan(&st.Stable); err != nil {
 		return fmt.Errorf("read stable version: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT version, state, emergency, canaries, started_at, decided_at, reason
+	rows, err := s.pool.Query(ctx, `SELECT version, state, emergency, canaries, started_at, decided_at, reason, compared
 		FROM rollouts ORDER BY version DESC LIMIT 20`)
 	if err != nil {
 		return fmt.Errorf("read rollouts: %w", err)
 	}
 	st.Rollouts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Rollout, error) {
 		var ro Rollout
-		err := row.Scan(&ro.Version, &ro.State, &ro.Emergency, &ro.Canaries, &ro.StartedAt, &ro.DecidedAt, &ro.Reason)
+		err := row.Scan(&ro.Version, &ro.State, &ro.Emergency, &ro.Canaries, &ro.StartedAt, &ro.DecidedAt, &ro.Reason, &ro.Compared)
 		return ro, err
 	})
 	if err != nil {
@@ -130,19 +135,27 @@ func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) erro
 	return nil
 }
 
-// Gateway is one subscribed gateway.
+// Gateway is one gateway that polled within the gateway TTL.
 type Gateway struct {
-	ID       string    `json:"id"`
-	Region   string    `json:"region"`
-	Version  int64     `json:"version"`
-	LastSeen time.Time `json:"last_seen"`
+	ID      string `json:"id"`
+	Region  string `json:"region"`
+	Version int64  `json:"version"`
+	// Token names the gateway token it polls with; empty on a trusted
+	// network.
+	Token      string     `json:"token,omitempty"`
+	LastSeen   time.Time  `json:"last_seen"`
+	LastReport *time.Time `json:"last_report,omitempty"`
+	// Counted is true when the gateway also reported within the TTL: only
+	// those count in the fleet and may be canaries.
+	Counted bool `json:"counted"`
 }
 
-// fleet answers GET /admin/v1/fleet: the subscribed gateways and the
-// version each last said it runs.
+// fleet answers GET /admin/v1/fleet: the gateways that polled, the version
+// each last said it runs, and which of them count in the fleet.
 func (s *Service) fleet(w http.ResponseWriter, r *http.Request, _ string) error {
-	rows, err := s.pool.Query(r.Context(), `SELECT id, region, version, last_seen FROM gateways
-		WHERE last_seen > now() - make_interval(secs => $1) ORDER BY region, id`, s.cfg.GatewayTTL.Seconds())
+	rows, err := s.pool.Query(r.Context(), `SELECT id, region, version, token, last_seen, last_report,
+			coalesce(`+liveGateways+`, false)
+		FROM gateways WHERE last_seen > now() - make_interval(secs => $1) ORDER BY region, id`, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
 		return fmt.Errorf("read gateways: %w", err)
 	}
@@ -150,9 +163,12 @@ func (s *Service) fleet(w http.ResponseWriter, r *http.Request, _ string) error 
 	if err != nil {
 		return fmt.Errorf("read gateways: %w", err)
 	}
-	f := rulesync.Fleet{Total: len(gws), Regions: map[string]int{}}
+	f := rulesapi.Fleet{Regions: map[string]int{}}
 	for _, g := range gws {
-		f.Regions[g.Region]++
+		if g.Counted {
+			f.Total++
+			f.Regions[g.Region]++
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": f, "gateways": gws})
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
@@ -33,6 +34,9 @@ func startClient(t *testing.T, base, id, region string, cfg rulesync.Config) *ru
 func startStoppableClient(t *testing.T, base, id, region string, cfg rulesync.Config) (*rulesync.Client, func()) {
 	t.Helper()
 	cfg.URL, cfg.Gateway, cfg.Region = base, id, region
+	if cfg.Token == "" {
+		cfg.Token = gatewayToken
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
@@ -83,6 +87,17 @@ func waitVersion(t *testing.T, v int64, cs ...*rulesync.Client) time.Duration {
 	return time.Since(start)
 }
 
+// waitFleet waits until the service counts n gateways in the fleet: they
+// polled and reported, so they may be canaries.
+func waitFleet(t *testing.T, base string, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("a fleet of %d", n), func() bool {
+		var res struct{ Fleet rulesapi.Fleet }
+		mustCall(t, base, "GET", "/admin/v1/fleet", nil, 200, &res)
+		return res.Fleet.Total == n
+	})
+}
+
 func stableVersion(t *testing.T, base string) int64 {
 	t.Helper()
 	var st rulesvc.RolloutStatus
@@ -101,6 +116,7 @@ func TestOverrideReachesEveryGatewayAtOnce(t *testing.T) {
 		cs = append(cs, startClient(t, base, fmt.Sprintf("gw-%d", i), "eu", rulesync.Config{}))
 	}
 	waitVersion(t, stableVersion(t, base), cs...)
+	waitFleet(t, base, len(cs))
 
 	var res struct{ Snapshot rulesvc.Published }
 	start := time.Now()
@@ -290,6 +306,7 @@ func TestCanary(t *testing.T) {
 				all = append(all, f.clients[id])
 			}
 			waitVersion(t, plan.After.Version, all...)
+			waitFleet(t, base, len(all))
 			stop := f.drive(t)
 
 			var res struct{ Snapshot rulesvc.Published }
@@ -382,7 +399,8 @@ func TestShadowRulesAreReportedNotEnforced(t *testing.T) {
 		mustCall(t, base, "GET", "/admin/v1/shadow?since=1h", nil, 200, &got)
 		return len(got.Rules) == 1 && got.Rules[0].WouldRefuse == 9
 	})
-	want := []rulesync.KeyCount{{Key: "key_a", Count: 8}, {Key: "key_b", Count: 1}}
+	// Stored as the gateway's decision log writes them, not as sent.
+	want := []rulesapi.KeyCount{{Key: rulesapi.KeyHash("k:key_a"), Count: 8}, {Key: rulesapi.KeyHash("k:key_b"), Count: 1}}
 	if sr := got.Rules[0]; sr.Rule != shadow.After.ID || fmt.Sprint(sr.TopKeys) != fmt.Sprint(want) {
 		t.Errorf("got rule %d top keys %v, want rule %d and %v", sr.Rule, sr.TopKeys, shadow.After.ID, want)
 	}
@@ -390,24 +408,38 @@ func TestShadowRulesAreReportedNotEnforced(t *testing.T) {
 
 func TestGatewayEndpointsNeedTheGatewayToken(t *testing.T) {
 	t.Parallel()
-	const gwToken = "gateway-token-0123456789"
-	r := startReplica(t, newSchema(t), rulesvc.Config{Tokens: append([]rulesvc.Token{
-		{Name: "gateways", Secret: gwToken, Role: rulesvc.RoleGateway}}, testTokens...)})
+	r := startReplica(t, newSchema(t), rulesvc.Config{})
 	base := r.srv.URL
+	report := func(versions string) string { return `{"gateway":"gw-1","versions":[` + versions + `]}` }
 	tests := []struct {
 		name, token, method, path, body string
 		want                            int
 	}{
 		{"poll without a token", "", "GET", "/v1/snapshot?gateway=gw-1&wait=0s", "", 401},
 		{"poll with a write token", writeToken, "GET", "/v1/snapshot?gateway=gw-1&wait=0s", "", 403},
-		{"poll with the gateway token", gwToken, "GET", "/v1/snapshot?gateway=gw-1&wait=0s", "", 200},
-		{"poll up to date", gwToken, "GET", "/v1/snapshot?gateway=gw-1&after=1&wait=0s", "", 304},
-		{"poll without a gateway ID", gwToken, "GET", "/v1/snapshot?wait=0s", "", 400},
-		{"admin with the gateway token", gwToken, "GET", "/admin/v1/rules", "", 403},
-		{"report without a token", "", "POST", "/v1/report", `{"gateway":"gw-1","versions":[]}`, 401},
-		{"report", gwToken, "POST", "/v1/report", `{"gateway":"gw-1","versions":[{"version":1,"requests":3,"refused":1}]}`, 204},
-		{"report refusing more than it decided", gwToken, "POST", "/v1/report", `{"gateway":"gw-1","versions":[{"version":1,"requests":1,"refused":2}]}`, 400},
-		{"report with an unknown field", gwToken, "POST", "/v1/report", `{"gateway":"gw-1","versions":[],"extra":1}`, 400},
+		{"report before polling", gatewayToken, "POST", "/v1/report", report(`{"version":1,"requests":3,"refused":1}`), 409},
+		{"poll with the gateway token", gatewayToken, "GET", "/v1/snapshot?gateway=gw-1&wait=0s", "", 200},
+		{"poll up to date", gatewayToken, "GET", "/v1/snapshot?gateway=gw-1&after=1&wait=0s", "", 304},
+		{"poll without a gateway ID", gatewayToken, "GET", "/v1/snapshot?wait=0s", "", 400},
+		{"admin with the gateway token", gatewayToken, "GET", "/admin/v1/rules", "", 403},
+		{"report without a token", "", "POST", "/v1/report", report(""), 401},
+		{"report", gatewayToken, "POST", "/v1/report", report(`{"version":1,"requests":3,"refused":1}`), 204},
+		{"report refusing more than it decided", gatewayToken, "POST", "/v1/report", report(`{"version":1,"requests":1,"refused":2}`), 400},
+		{"report with an unknown field", gatewayToken, "POST", "/v1/report", `{"gateway":"gw-1","versions":[],"extra":1}`, 400},
+		// Bounds on what one report may hold.
+		{"report of an absurd count", gatewayToken, "POST", "/v1/report", report(`{"version":1,"requests":4611686018427387904}`), 400},
+		{"report of an absurd key count", gatewayToken, "POST", "/v1/report",
+			report(`{"version":1,"shadow":[{"rule":1,"would_refuse":1,"top_keys":[{"key":"k:a","count":4611686018427387904}]}]}`), 400},
+		{"report of top keys beyond would_refuse", gatewayToken, "POST", "/v1/report",
+			report(`{"version":1,"shadow":[{"rule":1,"would_refuse":1,"top_keys":[{"key":"k:a","count":2}]}]}`), 400},
+		{"report of version 0", gatewayToken, "POST", "/v1/report", report(`{"version":0,"requests":1}`), 400},
+		{"report of a key with a control character", gatewayToken, "POST", "/v1/report",
+			report(`{"version":1,"shadow":[{"rule":1,"would_refuse":1,"top_keys":[{"key":"k:a\u0001","count":1}]}]}`), 400},
+		{"report of too many top keys", gatewayToken, "POST", "/v1/report",
+			report(`{"version":1,"shadow":[{"rule":1,"would_refuse":20,"top_keys":[` + strings.Repeat(`{"key":"k:a","count":1},`, 10) +
+				`{"key":"k:b","count":1}]}]}`), 400},
+		{"report larger than its bound", gatewayToken, "POST", "/v1/report",
+			report(`{"version":1,"requests":1}`) + strings.Repeat(" ", rulesapi.MaxReportBytes), 413},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -416,7 +448,7 @@ func TestGatewayEndpointsNeedTheGatewayToken(t *testing.T) {
 			}
 		})
 	}
-	c := startClient(t, base, "gw-2", "eu", rulesync.Config{Token: gwToken})
+	c := startClient(t, base, "gw-2", "eu", rulesync.Config{})
 	waitVersion(t, 1, c)
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -40,7 +41,7 @@ type Config struct {
 	// one.
 	Token string
 	// Gateway identifies this gateway to the service: the canary is chosen
-	// among gateway IDs, and the fleet counts them. See CheckGatewayID.
+	// among gateway IDs, and the fleet counts them. See rulesapi.CheckGatewayID.
 	Gateway string
 	// Region is the gateway's region, for the fleet counts.
 	Region string
@@ -77,14 +78,19 @@ type Client struct {
 
 	set         atomic.Pointer[rules.Set]
 	canary      atomic.Bool
-	fleet       atomic.Pointer[Fleet]
+	fleet       atomic.Pointer[rulesapi.Fleet]
 	lastContact atomic.Int64 // Unix nanoseconds of the last answer, or of the cached snapshot
 	ready       chan struct{}
 	readyOnce   sync.Once
 
-	counts  counts
-	metrics *metrics
+	counts   counts
+	metrics  *metrics
+	cacheErr error // why the cache file was not used; set by New only
 }
+
+// errHeld is a 200 answer for the version the client already holds: the
+// service should have held the poll, so the client waits before the next.
+var errHeld = errors.New("the service answered with the snapshot already held")
 
 // New returns a Client, loading the cache file if there is one. A cache
 // file that cannot be read or does not compile is logged and ignored.
@@ -96,7 +102,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("rulesync: URL %q: want an http or https URL with a host", cfg.URL)
 	}
-	if err := CheckGatewayID(cfg.Gateway); err != nil {
+	if err := rulesapi.CheckGatewayID(cfg.Gateway); err != nil {
 		return nil, fmt.Errorf("rulesync: %w", err)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -126,7 +132,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, base: base, log: cfg.Logger, now: cfg.Now, ready: make(chan struct{})}
 	c.counts.versions = map[int64]*versionCount{}
 	c.counts.shadow = map[shadowID]*shadowCount{}
-	c.fleet.Store(&Fleet{})
+	c.fleet.Store(&rulesapi.Fleet{})
 	c.metrics = newMetrics(c)
 	if cfg.Registerer != nil {
 		if err := c.Register(cfg.Registerer); err != nil {
@@ -138,11 +144,17 @@ func New(cfg Config) (*Client, error) {
 	c.lastContact.Store(c.now().UnixNano())
 	if cfg.CacheFile != "" {
 		if err := c.loadCache(); err != nil {
+			c.cacheErr = fmt.Errorf("cache file %s is unreadable: %w", cfg.CacheFile, err)
 			c.log.Warn("rules cache not used", "file", cfg.CacheFile, "err", err)
 		}
 	}
 	return c, nil
 }
+
+// CacheError says why the cache file could not be used at New, or is nil
+// when it was used, was absent, or none was configured. A gateway that
+// cannot reach the service says it when it gives up.
+func (c *Client) CacheError() error { return c.cacheErr }
 
 // Current returns the rule set in force, or nil before the first one is
 // known. The set is immutable: a new snapshot replaces it whole.
@@ -158,9 +170,9 @@ func (c *Client) Ready() <-chan struct{} { return c.ready }
 // FleetSize returns how many gateways the service last said are
 // subscribed, in total and per region. It is zero until the service has
 // answered once.
-func (c *Client) FleetSize() Fleet {
+func (c *Client) FleetSize() rulesapi.Fleet {
 	f := c.fleet.Load()
-	out := Fleet{Total: f.Total, Regions: make(map[string]int, len(f.Regions))}
+	out := rulesapi.Fleet{Total: f.Total, Regions: make(map[string]int, len(f.Regions))}
 	for r, n := range f.Regions {
 		out.Regions[r] = n
 	}
@@ -187,21 +199,31 @@ func (c *Client) Run(ctx context.Context) error {
 
 func (c *Client) pollLoop(ctx context.Context) {
 	backoff := c.cfg.MinBackoff
+	held := 0 // answers in a row with the version already held
 	for ctx.Err() == nil {
 		err := c.pollOnce(ctx)
 		if err == nil {
-			backoff = c.cfg.MinBackoff
+			backoff, held = c.cfg.MinBackoff, 0
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		c.metrics.errors.Inc()
 		// Jitter keeps a fleet that lost the service from coming back in
 		// step.
 		d := backoff/2 + rand.N(backoff/2+1)
-		c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", d,
-			"version", c.version())
+		if errors.Is(err, errHeld) {
+			// Not a failure, but no reason to ask again at once: a proxy
+			// or a service that does not hold polls would be asked
+			// without pause.
+			if held++; held == 1 {
+				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in", d)
+			}
+		} else {
+			c.metrics.errors.Inc()
+			c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", d,
+				"version", c.version())
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -224,7 +246,7 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	defer cancel()
 	q := url.Values{"after": {strconv.FormatInt(c.version(), 10)}, "gateway": {c.cfg.Gateway},
 		"region": {c.cfg.Region}, "wait": {c.cfg.Wait.String()}}
-	u := c.base.JoinPath(SnapshotPath)
+	u := c.base.JoinPath(rulesapi.SnapshotPath)
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -244,17 +266,24 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	default:
 		return fmt.Errorf("poll: %s", describe(resp))
 	}
-	var sn Snapshot
+	var sn rulesapi.Snapshot
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sn); err != nil {
 		return fmt.Errorf("poll: decode snapshot: %w", err)
+	}
+	if err := c.acceptable(&sn); err != nil {
+		return fmt.Errorf("poll: %w", err)
 	}
 	set, err := compile(&sn)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
 	c.contact(resp.Header)
-	if cur := c.set.Load(); cur != nil && cur.Version == set.Version && cur.Hash == set.Hash {
-		return nil // nothing new; a service never answers so, but a proxy might
+	if cur := c.set.Load(); cur != nil && cur.Version == set.Version {
+		if cur.Hash != set.Hash {
+			return fmt.Errorf("poll: snapshot %d has hash %s, but the one held has %s: refusing a second rule set under one version",
+				set.Version, set.Hash, cur.Hash)
+		}
+		return errHeld // nothing new; a service never answers so, but a proxy might
 	}
 	// Cache first: a gateway killed right after the swap then restarts
 	// with the rules it was running, not older ones.
@@ -264,13 +293,35 @@ func (c *Client) pollOnce(ctx context.Context) error {
 		}
 	}
 	c.swap(set, sn.Canary, &sn.Fleet)
-	c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
-		"fleet", sn.Fleet.Total)
+	if sn.Rollback {
+		c.log.Warn("rules rolled back: the canary version held was halted or superseded", "version", set.Version,
+			"hash", set.Hash, "fleet", sn.Fleet.Total)
+	} else {
+		c.log.Info("rules snapshot loaded", "version", set.Version, "hash", set.Hash, "canary", sn.Canary,
+			"fleet", sn.Fleet.Total)
+	}
+	return nil
+}
+
+// acceptable refuses a snapshot the client must not swap in: a version
+// that is not positive, which no service makes and which the next poll
+// could not name, and a version older than the one held unless the
+// service marks it a rollback. An older version without the mark comes
+// from a replica or a proxy that is behind: taking it would undo changes
+// the client already runs.
+func (c *Client) acceptable(sn *rulesapi.Snapshot) error {
+	if sn.Version <= 0 {
+		return fmt.Errorf("snapshot version %d is not positive: refusing it", sn.Version)
+	}
+	if cur := c.set.Load(); cur != nil && sn.Version < cur.Version && !sn.Rollback {
+		return fmt.Errorf("snapshot %d is older than the %d held and the service did not mark it a rollback: "+
+			"refusing it (a replica or proxy that is behind?)", sn.Version, cur.Version)
+	}
 	return nil
 }
 
 // compile turns a snapshot into a rule set, checking its hash.
-func compile(sn *Snapshot) (*rules.Set, error) {
+func compile(sn *rulesapi.Snapshot) (*rules.Set, error) {
 	var doc rules.Document
 	if err := json.Unmarshal(sn.Document, &doc); err != nil {
 		return nil, fmt.Errorf("snapshot %d: decode document: %w", sn.Version, err)
@@ -287,7 +338,7 @@ func compile(sn *Snapshot) (*rules.Set, error) {
 
 // swap makes set the one in force: one atomic store, so a request sees the
 // old set or the new one, never a mix.
-func (c *Client) swap(set *rules.Set, canary bool, fleet *Fleet) {
+func (c *Client) swap(set *rules.Set, canary bool, fleet *rulesapi.Fleet) {
 	c.set.Store(set)
 	c.canary.Store(canary)
 	if fleet != nil {
@@ -295,6 +346,14 @@ func (c *Client) swap(set *rules.Set, canary bool, fleet *Fleet) {
 	}
 	c.metrics.version.Set(float64(set.Version))
 	c.metrics.canary.Set(map[bool]float64{false: 0, true: 1}[canary])
+	n := len(set.Document().Rules)
+	c.metrics.rules.Set(float64(n))
+	if n == 0 {
+		// A rules file without rules is refused; a snapshot without them
+		// is the service's word, but must not pass unnoticed.
+		c.log.Warn("the rules snapshot has no rules: no request is limited until rules are added to the rules service",
+			"version", set.Version, "hash", set.Hash)
+	}
 	c.readyOnce.Do(func() { close(c.ready) })
 }
 
@@ -302,19 +361,19 @@ func (c *Client) swap(set *rules.Set, canary bool, fleet *Fleet) {
 // state it carried.
 func (c *Client) contact(h http.Header) {
 	c.lastContact.Store(c.now().UnixNano())
-	if v := h.Get(CanaryHeader); v != "" {
+	if v := h.Get(rulesapi.CanaryHeader); v != "" {
 		c.canary.Store(v == "1")
 		c.metrics.canary.Set(map[bool]float64{false: 0, true: 1}[v == "1"])
 	}
-	if v := h.Get(FleetHeader); v != "" {
-		var f Fleet
+	if v := h.Get(rulesapi.FleetHeader); v != "" {
+		var f rulesapi.Fleet
 		if err := json.Unmarshal([]byte(v), &f); err == nil {
 			c.setFleet(f)
 		}
 	}
 }
 
-func (c *Client) setFleet(f Fleet) {
+func (c *Client) setFleet(f rulesapi.Fleet) {
 	c.fleet.Store(&f)
 	c.metrics.fleet.Set(float64(f.Total))
 }
@@ -340,8 +399,8 @@ func describe(resp *http.Response) string {
 
 // cacheFile is what the cache file holds.
 type cacheFile struct {
-	Snapshot Snapshot  `json:"snapshot"`
-	SavedAt  time.Time `json:"saved_at"`
+	Snapshot rulesapi.Snapshot `json:"snapshot"`
+	SavedAt  time.Time         `json:"saved_at"`
 }
 
 func (c *Client) loadCache() error {
@@ -355,6 +414,9 @@ func (c *Client) loadCache() error {
 	var cf cacheFile
 	if err := json.Unmarshal(b, &cf); err != nil {
 		return fmt.Errorf("decode: %w", err)
+	}
+	if err := c.acceptable(&cf.Snapshot); err != nil {
+		return err
 	}
 	set, err := compile(&cf.Snapshot)
 	if err != nil {
@@ -371,7 +433,7 @@ func (c *Client) loadCache() error {
 // saveCache writes the snapshot to a temporary file in the cache's
 // directory and renames it over the cache, so a crash leaves the old file
 // or the new one, never half of one.
-func (c *Client) saveCache(sn *Snapshot) error {
+func (c *Client) saveCache(sn *rulesapi.Snapshot) error {
 	b, err := json.Marshal(cacheFile{Snapshot: *sn, SavedAt: c.now().UTC()})
 	if err != nil {
 		return err

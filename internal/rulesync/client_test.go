@@ -3,6 +3,7 @@ package rulesync_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -26,11 +29,13 @@ import (
 // this one breaks in ways that one should not.
 type fakeService struct {
 	mu           sync.Mutex
-	snap         rulesync.Snapshot // guarded by mu
+	snap         rulesapi.Snapshot // guarded by mu
 	status       int               // non-zero: answer polls with this; guarded by mu
-	reports      []rulesync.Report // guarded by mu
+	reports      []rulesapi.Report // guarded by mu
 	reportStatus int               // non-zero: refuse reports with this; guarded by mu
 	polls        int               // guarded by mu
+	afters       []string          // the after= of every poll; guarded by mu
+	sticky       bool              // answer 200 even for the version held; guarded by mu
 	changed      chan struct{}     // closed on each change; guarded by mu
 }
 
@@ -56,10 +61,10 @@ func (f *fakeService) set(t *testing.T, version int64, doc rules.Document) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.setSnapshot(rulesync.Snapshot{Version: version, Hash: set.Hash, Fleet: rulesync.Fleet{Total: 3, Regions: map[string]int{"eu": 2, "us": 1}}, Document: raw})
+	f.setSnapshot(rulesapi.Snapshot{Version: version, Hash: set.Hash, Fleet: rulesapi.Fleet{Total: 3, Regions: map[string]int{"eu": 2, "us": 1}}, Document: raw})
 }
 
-func (f *fakeService) setSnapshot(sn rulesync.Snapshot) {
+func (f *fakeService) setSnapshot(sn rulesapi.Snapshot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snap = sn
@@ -77,8 +82,8 @@ func (f *fakeService) fail(status int) {
 
 func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case rulesync.ReportPath:
-		var rep rulesync.Report
+	case rulesapi.ReportPath:
+		var rep rulesapi.Report
 		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -92,25 +97,28 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.reports = append(f.reports, rep)
 		w.WriteHeader(http.StatusNoContent)
 		return
-	case rulesync.SnapshotPath:
+	case rulesapi.SnapshotPath:
 	default:
 		http.NotFound(w, r)
 		return
 	}
 	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	f.mu.Lock()
+	f.afters = append(f.afters, r.URL.Query().Get("after"))
+	f.mu.Unlock()
 	wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
 	timeout := time.After(wait)
 	for {
 		f.mu.Lock()
 		f.polls++
-		sn, status, changed := f.snap, f.status, f.changed
+		sn, status, changed, sticky := f.snap, f.status, f.changed, f.sticky
 		f.mu.Unlock()
 		switch {
 		case status != 0:
 			w.WriteHeader(status)
 			w.Write([]byte(`{"error":"injected fault"}`))
 			return
-		case sn.Version != after:
+		case sn.Version != after || sticky:
 			json.NewEncoder(w).Encode(sn)
 			return
 		}
@@ -127,7 +135,7 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func docWithDefault(rate int64) rules.Document {
 	return rules.Document{Rules: []rules.Rule{{Scope: rules.ScopeDefault,
-		Limits: []rules.Limit{{Name: "s", Rate: rate, Per: rules.Duration(time.Second)}}}}}
+		Limits: []rules.Limit{{Name: "s", Rate: rules.Rate(rate), Per: rules.Duration(time.Second)}}}}}
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -220,9 +228,120 @@ func TestFollowsVersionsAndFleet(t *testing.T) {
 	if got := c.Current().Resolve(time.Now(), rules.Query{APIKey: "k"}).Limits[0].Count; got != 20 {
 		t.Errorf("got rate %d, want 20", got)
 	}
-	// A lower version is taken too: a halted canary goes back.
-	f.set(t, 2, docWithDefault(5))
+	// A lower version is taken when the service marks it a rollback: a
+	// halted canary goes back.
+	f.setRollback(t, 2, docWithDefault(5))
 	waitFor(t, "back to version 2", func() bool { return versionOf(c) == 2 })
+}
+
+// setRollback publishes doc as version, marked as a rollback.
+func (f *fakeService) setRollback(t *testing.T, version int64, doc rules.Document) {
+	t.Helper()
+	f.set(t, version, doc)
+	f.mu.Lock()
+	f.snap.Rollback = true
+	f.mu.Unlock()
+}
+
+// afters returns the versions the client named in its polls so far.
+func (f *fakeService) seenAfters() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.afters...)
+}
+
+// A version that is not positive is never swapped in (the next poll could
+// not name it), and an older one only when the service says it is a
+// rollback: a replica or proxy that is behind cannot undo a change.
+func TestRefusesVersionsItMustNotTake(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(10))
+	c := newClient(t, srv.URL, rulesync.Config{})
+	run(t, c)
+	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+	for _, v := range []int64{-7, 0, 3} {
+		before := testutil.ToFloat64(c.ErrorsForTest())
+		f.set(t, v, docWithDefault(1))
+		waitFor(t, fmt.Sprintf("version %d refused a few times", v), func() bool {
+			return testutil.ToFloat64(c.ErrorsForTest()) >= before+3
+		})
+		if got := versionOf(c); got != 5 {
+			t.Errorf("after the service offered version %d: got version %d, want 5 kept", v, got)
+		}
+	}
+	for _, a := range f.seenAfters() {
+		if a != "0" && a != "5" {
+			t.Errorf("a poll named version %s; want only 0 (none yet) and 5", a)
+		}
+	}
+	f.setRollback(t, 3, docWithDefault(1))
+	waitFor(t, "the rollback to version 3", func() bool { return versionOf(c) == 3 })
+}
+
+// A service or proxy that answers 200 with the version already held, at
+// once, is not polled without pause.
+func TestBacksOffWhenAnsweredWithTheVersionHeld(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(10))
+	f.mu.Lock()
+	f.sticky = true
+	f.mu.Unlock()
+	c := newClient(t, srv.URL, rulesync.Config{MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	run(t, c)
+	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+	f.mu.Lock()
+	start := f.polls
+	f.mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	f.mu.Lock()
+	polls := f.polls - start
+	f.mu.Unlock()
+	// With backoff from 20 ms to 100 ms, half a second holds at most about
+	// ten polls; without, a loopback server answers thousands.
+	if polls > 40 {
+		t.Errorf("got %d polls in 500ms answered with the version held, want backoff (at most about 10)", polls)
+	}
+	if got := testutil.ToFloat64(c.ErrorsForTest()); got != 0 {
+		t.Errorf("got %v sync errors, want 0: an answer with the version held is not a failure", got)
+	}
+}
+
+// An empty rule set from the service limits nothing: it is taken, since
+// the service says so, but with a warning and a metric an alert can use.
+func TestEmptySnapshotIsLoud(t *testing.T) {
+	f, srv := newFake(t, 5, docWithDefault(10))
+	var logs proctest.Buffer
+	reg := prometheus.NewRegistry()
+	cfg := rulesync.Config{URL: srv.URL, Gateway: "gw-test", Registerer: reg, Wait: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	c, err := rulesync.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+	rulesGauge := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_rules_snapshot_rules" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no metric sluice_rules_snapshot_rules")
+		return 0
+	}
+	if got := rulesGauge(); got != 1 {
+		t.Errorf("got sluice_rules_snapshot_rules %v, want 1", got)
+	}
+	f.set(t, 6, rules.Document{Rules: []rules.Rule{}})
+	waitFor(t, "version 6", func() bool { return versionOf(c) == 6 })
+	if got := rulesGauge(); got != 0 {
+		t.Errorf("got sluice_rules_snapshot_rules %v, want 0", got)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "no request is limited") {
+		t.Errorf("no warning logged for the empty rule set; log:\n%s", logs.String())
+	}
 }
 
 func TestKeepsRulesWhileServiceFails(t *testing.T) {
@@ -239,12 +358,12 @@ func TestKeepsRulesWhileServiceFails(t *testing.T) {
 		{"errors", func() { f.fail(http.StatusInternalServerError) }},
 		{"damaged snapshot", func() {
 			f.fail(0)
-			f.setSnapshot(rulesync.Snapshot{Version: 9, Hash: "0000", Document: json.RawMessage(`{"rules":[]}`)})
+			f.setSnapshot(rulesapi.Snapshot{Version: 9, Hash: "0000", Document: json.RawMessage(`{"rules":[]}`)})
 		}},
 		{"snapshot that does not compile", func() {
-			f.setSnapshot(rulesync.Snapshot{Version: 10, Hash: "x", Document: json.RawMessage(`{"rules":[{"scope":"planet","limits":[]}]}`)})
+			f.setSnapshot(rulesapi.Snapshot{Version: 10, Hash: "x", Document: json.RawMessage(`{"rules":[{"scope":"planet","limits":[]}]}`)})
 		}},
-		{"not JSON", func() { f.setSnapshot(rulesync.Snapshot{Version: 11, Document: json.RawMessage(`"x"`)}) }},
+		{"not JSON", func() { f.setSnapshot(rulesapi.Snapshot{Version: 11, Document: json.RawMessage(`"x"`)}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,9 +432,10 @@ func TestCacheFileStartsAGatewayWhileServiceIsDown(t *testing.T) {
 
 func TestBadCacheFileIsIgnored(t *testing.T) {
 	for name, content := range map[string]string{
-		"not JSON":     "{{{",
-		"wrong hash":   `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[]}},"saved_at":"2026-01-01T00:00:00Z"}`,
-		"bad document": `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[{"scope":"x"}]}}}`,
+		"not JSON":         "{{{",
+		"wrong hash":       `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[]}},"saved_at":"2026-01-01T00:00:00Z"}`,
+		"bad document":     `{"snapshot":{"version":3,"hash":"abc","document":{"rules":[{"scope":"x"}]}}}`,
+		"negative version": `{"snapshot":{"version":-7,"hash":"abc","document":{"rules":[]}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			cache := filepath.Join(t.TempDir(), "rules.json")
@@ -325,6 +445,10 @@ func TestBadCacheFileIsIgnored(t *testing.T) {
 			c := newClient(t, "http://127.0.0.1:1", rulesync.Config{CacheFile: cache})
 			if c.Current() != nil {
 				t.Errorf("got version %d from a bad cache, want no rules", versionOf(c))
+			}
+			// The gateway that gives up says why the cache did not help.
+			if err := c.CacheError(); err == nil || !strings.Contains(err.Error(), "cache file "+cache+" is unreadable") {
+				t.Errorf("got cache error %v, want one naming the file as unreadable", err)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -28,8 +29,8 @@ func Example() {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		json.NewEncoder(w).Encode(rulesync.Snapshot{Version: 12, Hash: set.Hash, Document: raw,
-			Fleet: rulesync.Fleet{Total: 3, Regions: map[string]int{"eu": 3}}})
+		json.NewEncoder(w).Encode(rulesapi.Snapshot{Version: 12, Hash: set.Hash, Document: raw,
+			Fleet: rulesapi.Fleet{Total: 3, Regions: map[string]int{"eu": 3}}})
 	}))
 	defer srv.Close()
 

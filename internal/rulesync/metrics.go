@@ -11,6 +11,7 @@ type metrics struct {
 	version prometheus.Gauge
 	canary  prometheus.Gauge
 	fleet   prometheus.Gauge
+	rules   prometheus.Gauge
 	errors  prometheus.Counter
 	age     prometheus.GaugeFunc
 }
@@ -23,6 +24,8 @@ func newMetrics(c *Client) *metrics {
 			Help: "1 while this gateway runs a canary version."}),
 		fleet: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_fleet_gateways",
 			Help: "Gateways subscribed to the rules service, as it last said."}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_snapshot_rules",
+			Help: "Rules in the snapshot in force; 0 means no request is limited."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rules_sync_errors_total",
 			Help: "Failed polls of the rules service and snapshots that did not load."}),
 	}
@@ -32,13 +35,13 @@ func newMetrics(c *Client) *metrics {
 	return m
 }
 
-// Register adds the client's metrics to reg: the snapshot's version and
-// age (seconds since the service last answered), whether it is a canary,
-// the fleet size and the sync errors. Config.Registerer does the same at
+// Register adds the client's metrics to reg: the snapshot's version, age
+// (seconds since the service last answered) and number of rules, whether
+// it is a canary, the fleet size and the sync errors. Config.Registerer does the same at
 // New.
 func (c *Client) Register(reg prometheus.Registerer) error {
 	m := c.metrics
-	for _, col := range []prometheus.Collector{m.version, m.canary, m.fleet, m.errors, m.age} {
+	for _, col := range []prometheus.Collector{m.version, m.canary, m.fleet, m.rules, m.errors, m.age} {
 		if err := reg.Register(col); err != nil {
 			return fmt.Errorf("rulesync: register metrics: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // Bounds on what one report interval keeps, so a flood of distinct keys
@@ -73,8 +74,8 @@ func (cs *counts) forVersion(version int64) *versionCount {
 }
 
 // RecordShadow counts a request that shadow rule ruleID of snapshot
-// version would have refused, and whose it was: key is the API key, or
-// "ip:" and the client address.
+// version would have refused, and whose it was: key is the store key, "k:"
+// and the API key or "ip:" and the client address.
 func (c *Client) RecordShadow(version, ruleID int64, key string) {
 	c.counts.addShadow(shadowID{version, ruleID}, key, 1)
 }
@@ -96,11 +97,11 @@ func (cs *counts) addShadow(id shadowID, key string, n int64) {
 }
 
 // take empties the counts into a report.
-func (cs *counts) take() []VersionReport {
+func (cs *counts) take() []rulesapi.VersionReport {
 	cs.mu.Lock()
 	shadow := cs.shadow
 	cs.shadow = map[shadowID]*shadowCount{}
-	byVersion := map[int64]*VersionReport{}
+	byVersion := map[int64]*rulesapi.VersionReport{}
 	for v, vc := range cs.versions {
 		// Refused first: a request counted between the two swaps then
 		// lands in this report's requests and the next one's refusals,
@@ -111,20 +112,20 @@ func (cs *counts) take() []VersionReport {
 			delete(cs.versions, v)
 			continue
 		}
-		byVersion[v] = &VersionReport{Version: v, Requests: req, Refused: min(ref, req)}
+		byVersion[v] = &rulesapi.VersionReport{Version: v, Requests: req, Refused: min(ref, req)}
 	}
 	cs.mu.Unlock()
 	for id, sc := range shadow {
 		vr := byVersion[id.version]
 		if vr == nil {
-			vr = &VersionReport{Version: id.version}
+			vr = &rulesapi.VersionReport{Version: id.version}
 			byVersion[id.version] = vr
 		}
-		sr := ShadowReport{Rule: id.rule, WouldRefuse: sc.total}
+		sr := rulesapi.ShadowReport{Rule: id.rule, WouldRefuse: sc.total}
 		for k, n := range sc.keys {
-			sr.TopKeys = append(sr.TopKeys, KeyCount{Key: k, Count: n})
+			sr.TopKeys = append(sr.TopKeys, rulesapi.KeyCount{Key: k, Count: n})
 		}
-		slices.SortFunc(sr.TopKeys, func(a, b KeyCount) int {
+		slices.SortFunc(sr.TopKeys, func(a, b rulesapi.KeyCount) int {
 			if a.Count != b.Count {
 				return int(b.Count - a.Count)
 			}
@@ -133,20 +134,20 @@ func (cs *counts) take() []VersionReport {
 		sr.TopKeys = sr.TopKeys[:min(len(sr.TopKeys), topKeys)]
 		vr.Shadow = append(vr.Shadow, sr)
 	}
-	var out []VersionReport
+	var out []rulesapi.VersionReport
 	for _, vr := range byVersion {
 		if vr.Requests > 0 || len(vr.Shadow) > 0 {
-			slices.SortFunc(vr.Shadow, func(a, b ShadowReport) int { return int(a.Rule - b.Rule) })
+			slices.SortFunc(vr.Shadow, func(a, b rulesapi.ShadowReport) int { return int(a.Rule - b.Rule) })
 			out = append(out, *vr)
 		}
 	}
-	slices.SortFunc(out, func(a, b VersionReport) int { return int(b.Version - a.Version) })
+	slices.SortFunc(out, func(a, b rulesapi.VersionReport) int { return int(b.Version - a.Version) })
 	return out[:min(len(out), maxVersions)]
 }
 
 // putBack returns the counts of a report that could not be sent, so the
 // next one carries them.
-func (c *Client) putBack(vrs []VersionReport) {
+func (c *Client) putBack(vrs []rulesapi.VersionReport) {
 	for _, vr := range vrs {
 		vc := c.counts.forVersion(vr.Version)
 		vc.requests.Add(vr.Requests)
@@ -169,9 +170,17 @@ func (c *Client) putBack(vrs []VersionReport) {
 // long on a service that is down.
 const flushTimeout = 2 * time.Second
 
+// heartbeatEvery is how many report intervals may pass without a report
+// before an empty one is sent: the service counts in the fleet only
+// gateways that report, idle ones included.
+const heartbeatEvery = 6
+
 func (c *Client) reportLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ReportInterval)
 	defer t.Stop()
+	// Intervals since the last report sent: the first tick reports, so a
+	// new gateway counts in the fleet after one interval, not six.
+	quiet := heartbeatEvery - 1
 	for {
 		select {
 		case <-ctx.Done():
@@ -180,7 +189,7 @@ func (c *Client) reportLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		vrs := c.counts.take()
-		if len(vrs) == 0 {
+		if quiet++; len(vrs) == 0 && quiet < heartbeatEvery {
 			continue
 		}
 		if err := c.report(ctx, vrs); err != nil {
@@ -189,7 +198,9 @@ func (c *Client) reportLoop(ctx context.Context) {
 			}
 			c.log.Warn("rules service report failed; keeping the counts for the next one", "err", err)
 			c.putBack(vrs)
+			continue
 		}
+		quiet = 0
 	}
 }
 
@@ -207,14 +218,17 @@ func (c *Client) flush(ctx context.Context) {
 	}
 }
 
-func (c *Client) report(ctx context.Context, vrs []VersionReport) error {
-	body, err := json.Marshal(Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs})
+func (c *Client) report(ctx context.Context, vrs []rulesapi.VersionReport) error {
+	if vrs == nil {
+		vrs = []rulesapi.VersionReport{}
+	}
+	body, err := json.Marshal(rulesapi.Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(ReportPath).String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(rulesapi.ReportPath).String(), bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
@@ -237,20 +251,23 @@ func (c *Client) report(ctx context.Context, vrs []VersionReport) error {
 // they say nothing about the rules. Each call counts under e.RulesVersion,
 // the version its request was resolved against, so a swap while requests
 // are in flight moves none of them to the new version's counts.
+//
+// An event that is not Shadow and has no Limits is a request no enforced
+// limit applied to: it counts as a request that was let through, so a
+// canary that starts refusing such requests is compared with the rest.
 func (c *Client) Observe(e gateway.Event) {
 	if e.Err != nil {
 		return
 	}
 	if !e.Shadow {
-		c.Record(e.RulesVersion, !e.Decision.Allowed)
+		c.Record(e.RulesVersion, len(e.Limits) > 0 && !e.Decision.Allowed)
 		return
 	}
 	if e.Decision.Allowed || e.Decision.Index < 0 || e.Decision.Index >= len(e.Rules) || e.Rules[e.Decision.Index] == nil {
 		return
 	}
-	key := strings.TrimPrefix(e.Key, "shadow:")
-	if k, ok := strings.CutPrefix(key, "k:"); ok {
-		key = k
-	}
-	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, key)
+	// The store key ("k:" and the API key, or "ip:" and the address) goes
+	// to the service as it is; the service keeps it hashed the way the
+	// decision log writes it, unless its operator opts in to raw keys.
+	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, strings.TrimPrefix(e.Key, "shadow:"))
 }

@@ -102,10 +102,14 @@ func TestObserveCountsGatewayEvents(t *testing.T) {
 	run(t, c)
 	waitFor(t, "version 9", func() bool { return versionOf(c) == 9 })
 	shadowRule := &rules.Rule{ID: 77, Mode: rules.Shadow}
+	lims := []limit.Limit{{Name: "s", Count: 1, Period: time.Second}}
 	events := []gateway.Event{
-		{Key: "k:key_a", Decision: limit.Decision{Allowed: true}},
-		{Key: "k:key_a", Decision: limit.Decision{Allowed: false}},
-		{Key: "k:key_a", Err: errors.New("store down")}, // says nothing about the rules
+		{Key: "k:key_a", Limits: lims, Decision: limit.Decision{Allowed: true}},
+		{Key: "k:key_a", Limits: lims, Decision: limit.Decision{Allowed: false}},
+		{Key: "k:key_a", Limits: lims, Err: errors.New("store down")}, // says nothing about the rules
+		// A request no enforced limit applied to counts as let through,
+		// so that a canary refusing such requests can be compared.
+		{Key: "ip:192.0.2.5"},
 		{Key: "shadow:k:key_a", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
 		{Key: "shadow:ip:192.0.2.9", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
 		{Key: "shadow:k:key_b", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: true}},
@@ -117,11 +121,11 @@ func TestObserveCountsGatewayEvents(t *testing.T) {
 	}
 	waitFor(t, "the events reported", func() bool {
 		got := f.totals()
-		return got.requests[9] == 2 && got.shadow[77] == 2
+		return got.requests[9] == 3 && got.shadow[77] == 2
 	})
 	got := f.totals()
-	if got.refused[9] != 1 || got.keys[77]["key_a"] != 1 || got.keys[77]["ip:192.0.2.9"] != 1 {
-		t.Errorf("got %d refused and shadow keys %v, want 1 refused and key_a, ip:192.0.2.9 once each", got.refused[9], got.keys[77])
+	if got.refused[9] != 1 || got.keys[77]["k:key_a"] != 1 || got.keys[77]["ip:192.0.2.9"] != 1 {
+		t.Errorf("got %d refused and shadow keys %v, want 1 refused and k:key_a, ip:192.0.2.9 once each", got.refused[9], got.keys[77])
 	}
 }
 

@@ -1,6 +1,12 @@
-package rulesync
+// Package rulesapi is the protocol between the rules service and the
+// gateways that follow it: the paths and headers of the long poll, and the
+// snapshot, fleet and report bodies. Both sides import it; neither imports
+// the other, so the rules service links no gateway code.
+package rulesapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -38,6 +44,12 @@ type Snapshot struct {
 	// Canary is true when this gateway was chosen to try the version
 	// before the rest of the fleet.
 	Canary bool `json:"canary,omitempty"`
+	// Rollback is true when Version is older than the one the gateway
+	// said it holds and the service means it: the version the gateway
+	// holds was a canary that was halted or superseded, and never
+	// promoted. A client takes an older version only with Rollback set;
+	// any other older version is a stale replica or a proxy's cache.
+	Rollback bool `json:"rollback,omitempty"`
 	// Fleet counts the gateways subscribed when the answer was written.
 	Fleet Fleet `json:"fleet"`
 	// Document is a rules.Document as JSON.
@@ -58,10 +70,35 @@ type Report struct {
 	Versions []VersionReport `json:"versions"`
 }
 
+// The bounds of one report. The service refuses a report beyond them with
+// 400 (413 for the body), naming the bound; a gateway's own reports stay
+// well inside them.
+const (
+	// MaxReportBytes bounds a report's JSON body.
+	MaxReportBytes = 256 << 10
+	// MaxReportVersions bounds Report.Versions.
+	MaxReportVersions = 16
+	// MaxReportShadowRules bounds the shadow rules of one report, summed
+	// over its versions.
+	MaxReportShadowRules = 256
+	// MaxReportTopKeys bounds ShadowReport.TopKeys.
+	MaxReportTopKeys = 10
+	// MaxReportCount bounds every count of a report: 2^40, a trillion
+	// requests in one report interval, is no real gateway's. Sums of many
+	// reports then stay far from overflowing an int64.
+	MaxReportCount = 1 << 40
+	// MaxReportKey bounds a top key in bytes: the kind prefix ("k:" or
+	// "ip:") and an API key of at most 256 bytes, or an address.
+	MaxReportKey = 3 + 256
+)
+
 // VersionReport counts the decisions a gateway made under one snapshot
 // version since its last report.
 type VersionReport struct {
-	Version  int64 `json:"version"`
+	Version int64 `json:"version"`
+	// Requests counts every request resolved under the version, those no
+	// enforced limit applied to included: a canary that starts refusing
+	// requests that had no limit before is then compared with the rest.
 	Requests int64 `json:"requests"`
 	// Refused counts requests refused by enforced limits.
 	Refused int64 `json:"refused"`
@@ -80,6 +117,9 @@ type ShadowReport struct {
 
 // KeyCount is one key's count.
 type KeyCount struct {
+	// Key is the store key: "k:" and the API key, or "ip:" and the client
+	// address. The rules service stores it as KeyHash writes it unless its
+	// operator opts in to raw keys.
 	Key   string `json:"key"`
 	Count int64  `json:"count"`
 }
@@ -97,4 +137,21 @@ func CheckGatewayID(id string) error {
 		return fmt.Errorf("gateway ID %q may hold only printable ASCII without spaces", id)
 	}
 	return nil
+}
+
+// KeyHash is how a store key is written where an API key or an address
+// must not be: its kind ("k:" for an API key, else "ip:") and the first 8
+// bytes of the SHA-256 of the whole key, in hex. It is the form the
+// gateway's decision log uses, so a hash in the rules service's shadow
+// report finds the same caller's log lines. An operator who knows a key
+// finds its hash with
+//
+//	printf %s 'k:KEY' | sha256sum | cut -c1-16
+func KeyHash(key string) string {
+	kind := "ip:"
+	if strings.HasPrefix(key, "k:") {
+		kind = "k:"
+	}
+	sum := sha256.Sum256([]byte(key))
+	return kind + hex.EncodeToString(sum[:8])
 }

@@ -1,0 +1,225 @@
+package rules
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Rate is how many tokens a limit grants per period, as written: a whole
+// number (100) or a decimal with at most six places (0.5, 1.5). A decimal
+// rate is kept exactly: it is compiled to the smallest whole count over a
+// whole multiple of the period that is the same rate, so 0.5 per 1s is 1
+// per 2s and 1.5 per 1s is 3 per 2s. Anything else written as a rate (1e3,
+// 0x10, 1_000, a string) is refused with what to write instead, never
+// rounded.
+//
+// Rate is a float64 so that Go code may write Rate: 100; a value set from
+// Go must still be one a rules file could hold.
+type Rate float64
+
+// maxWhole is the largest whole number sluice reads without rounding: a
+// float64, and so a JSON number read by most decoders, holds every integer
+// up to 2^53 exactly.
+const maxWhole = 1 << 53
+
+// maxRatePlaces bounds a decimal rate's places.
+const maxRatePlaces = 6
+
+// parseRate reads a rate as written into the fraction num/den, reduced.
+func parseRate(text string) (num, den int64, err error) {
+	whole, frac, hasPoint := strings.Cut(text, ".")
+	if whole == "" || !allDigits(whole) || (hasPoint && (frac == "" || !allDigits(frac))) {
+		return 0, 0, fmt.Errorf("rate %s is not a number of tokens: write digits with at most one decimal point, such as 100 or 0.5%s",
+			text, suggestion(text))
+	}
+	if len(frac) > maxRatePlaces {
+		return 0, 0, fmt.Errorf("rate %s has more than %d decimal places: write a whole rate over a longer period", text, maxRatePlaces)
+	}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || w > maxWhole {
+		return 0, 0, fmt.Errorf("rate %s is larger than 2^53, the largest rate sluice reads exactly", text)
+	}
+	num, den = w, 1
+	for _, c := range frac {
+		num, den = num*10+int64(c-'0'), den*10
+	}
+	if num > maxWhole {
+		return 0, 0, fmt.Errorf("rate %s is larger than 2^53, the largest rate sluice reads exactly", text)
+	}
+	g := gcd(num, den)
+	if g > 1 {
+		num, den = num/g, den/g
+	}
+	return num, den, nil
+}
+
+// suggestion says how to write a number given in a form rates do not take,
+// when it is one: " (write 1000, not 1e3)".
+func suggestion(text string) string {
+	f, err := strconv.ParseFloat(strings.ReplaceAll(text, "_", ""), 64)
+	if err != nil {
+		if n, err := strconv.ParseInt(strings.ReplaceAll(text, "_", ""), 0, 64); err == nil {
+			f = float64(n)
+		} else {
+			return ""
+		}
+	}
+	if f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return ""
+	}
+	return fmt.Sprintf(" (write %s, not %s)", strconv.FormatFloat(f, 'f', -1, 64), text)
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// String formats r as a rules file would write it.
+func (r Rate) String() string { return strconv.FormatFloat(float64(r), 'f', -1, 64) }
+
+// fraction returns r as the reduced fraction num/den, or an error naming
+// the value.
+func (r Rate) fraction() (num, den int64, err error) {
+	f := float64(r)
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return 0, 0, fmt.Errorf("rate %v is not a number of tokens", f)
+	case f < 0:
+		return 0, 0, fmt.Errorf("rate %s must be positive", r)
+	}
+	return parseRate(r.String())
+}
+
+// UnmarshalJSON implements json.Unmarshaler: a JSON number, read from its
+// text so that nothing is rounded on the way. Its errors are
+// *json.UnmarshalTypeError, which the decoder completes with the field's
+// path, with the problem and what to write in Value.
+func (r *Rate) UnmarshalJSON(b []byte) error {
+	text := string(b)
+	if text == "null" {
+		return nil
+	}
+	if err := r.set(text); err != nil {
+		return jsonError[Rate](text, err)
+	}
+	return nil
+}
+
+// jsonError describes a JSON value a numeric field of type T refuses.
+func jsonError[T any](text string, err error) error {
+	kind := "number " + text
+	switch text[0] {
+	case '"':
+		kind = "string " + text
+	case 't', 'f':
+		kind = "bool"
+	case '[':
+		kind = "array"
+	case '{':
+		kind = "object"
+	}
+	return &json.UnmarshalTypeError{Value: kind + " (" + err.Error() + ")", Type: reflect.TypeFor[T]()}
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler, so that a rate in a rules file
+// is read from its text, with the line in any error.
+func (r *Rate) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind != yaml.ScalarNode || node.Tag == "!!str" {
+		return fmt.Errorf("line %d: rate must be a number, such as 100 or 0.5", node.Line)
+	}
+	if err := r.set(node.Value); err != nil {
+		return fmt.Errorf("line %d: %w", node.Line, err)
+	}
+	return nil
+}
+
+// set reads text; a negative rate is kept, for Compile to refuse with
+// the rule and field it belongs to.
+func (r *Rate) set(text string) error {
+	abs, neg := strings.CutPrefix(text, "-")
+	num, den, err := parseRate(abs)
+	if err != nil {
+		return err
+	}
+	v := Rate(float64(num) / float64(den))
+	if n, d, err := v.fraction(); err != nil || n != num || d != den {
+		return fmt.Errorf("rate %s cannot be held exactly: write a whole rate over a longer period", text)
+	}
+	if neg {
+		v = -v
+	}
+	*r = v
+	return nil
+}
+
+// Tokens is a whole number of tokens: a limit's burst or an endpoint's
+// cost. A fraction (1.5) or another spelling of a number (1e3, 0x10) is
+// refused with what to write instead, never rounded.
+type Tokens int64
+
+// errNotWhole is the problem of a number of tokens that is not whole.
+var errNotWhole = errors.New("is not a whole number of tokens")
+
+// parseTokens reads a whole number of tokens as written.
+func parseTokens(text string) (Tokens, error) {
+	digits := strings.TrimPrefix(text, "-")
+	if digits == "" || !allDigits(digits) {
+		if f, err := strconv.ParseFloat(digits, 64); err == nil && f == math.Trunc(f) && !strings.ContainsAny(digits, "eE") {
+			return 0, fmt.Errorf("%s %w: write %s", text, errNotWhole, strconv.FormatFloat(f, 'f', 0, 64))
+		} else if err == nil && f != math.Trunc(f) {
+			return 0, fmt.Errorf("%s %w: write %s or %s", text, errNotWhole,
+				strconv.FormatFloat(math.Floor(f), 'f', 0, 64), strconv.FormatFloat(math.Ceil(f), 'f', 0, 64))
+		}
+		return 0, fmt.Errorf("%s %w: write digits only%s", text, errNotWhole, suggestion(digits))
+	}
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || n > maxWhole || n < -maxWhole {
+		return 0, fmt.Errorf("%s is beyond 2^53, the largest number of tokens sluice reads exactly", text)
+	}
+	return Tokens(n), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (t *Tokens) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	v, err := parseTokens(string(b))
+	if err != nil {
+		return jsonError[Tokens](string(b), err)
+	}
+	*t = v
+	return nil
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler, with the line in any error.
+func (t *Tokens) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind != yaml.ScalarNode || node.Tag == "!!str" {
+		return fmt.Errorf("line %d: want a whole number of tokens", node.Line)
+	}
+	v, err := parseTokens(node.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", node.Line, err)
+	}
+	*t = v
+	return nil
+}
