@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"hash/maphash"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -84,21 +82,11 @@ func (s *sampler) allow(key string, now int64) bool {
 	return true
 }
 
-// keyHash is how the decision log names a store key: its kind ("k:" or
-// "ip:") and the first 8 bytes of the SHA-256 of the whole key in hex, so
-// that lines of one caller can be found and followed across gateways
-// without the log holding an API key or an address. An operator who knows
-// a key finds its hash with
-//
-//	printf %s 'k:KEY' | sha256sum | cut -c1-16
-func keyHash(key string) string {
-	kind := addrPrefix
-	if strings.HasPrefix(key, keyPrefix) {
-		kind = keyPrefix
-	}
-	sum := sha256.Sum256([]byte(key))
-	return kind + hex.EncodeToString(sum[:8])
-}
+// keyHash is how the decision log names a store key (rulesapi.KeyHash, the
+// form the rules service stores shadow reports in), so that lines of one
+// caller can be found and followed across gateways without the log holding
+// an API key or an address.
+func keyHash(key string) string { return rulesapi.KeyHash(key) }
 
 // ruleAttrs describes a rule in a log line. With hashKey, a key rule's API
 // key is written as keyHash writes it.

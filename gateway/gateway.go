@@ -201,7 +201,13 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ep, _ := set.Endpoint(r.Method, r.URL.Path)
+	ep, _, err := set.MatchEndpoint(r.Method, r.URL.Path)
+	if err != nil {
+		// Another spelling of an endpoint's path: refused, so that it
+		// cannot slip past the endpoint's cost and limits (rules.PathError
+		// names the path to send).
+		return newError(http.StatusBadRequest, err.Error(), nil)
+	}
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
 	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version}
 
@@ -217,6 +223,12 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	if len(res.Limits) == 0 {
+		// Counted too, so that a rules change that starts limiting such
+		// traffic can be compared against it (the canary check).
+		if l.onDecision != nil {
+			l.onDecision(Event{Request: r, Key: c.key, Endpoint: ep.Name, Decision: limit.Decision{Allowed: true},
+				Source: SourceUnlimited, RulesVersion: set.Version})
+		}
 		return nil
 	}
 	req := requests.Get().(*limit.Request)

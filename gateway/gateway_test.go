@@ -805,3 +805,55 @@ func TestPolicyOfEachAlgorithm(t *testing.T) {
 		})
 	}
 }
+
+// TestPathSpellings: another spelling of an endpoint's path either reaches
+// the endpoint's limit or is refused with 400; it never passes unlimited.
+func TestPathSpellings(t *testing.T) {
+	const ruleYAML = `
+endpoints:
+  - {name: login, method: POST, path: /v1/login}
+rules:
+  - scope: endpoint
+    match: {endpoint: login}
+    limits: [{name: login, rate: 1, per: 1h}]
+    fail_mode: closed
+`
+	for _, tc := range []struct {
+		path string
+		want int // the status of a second request, after the first took the one token
+	}{
+		{"/v1/login", http.StatusTooManyRequests},
+		{"/V1/LOGIN", http.StatusTooManyRequests},
+		{"/v1/login;x=1", http.StatusTooManyRequests},
+		{"/v1//login/", http.StatusTooManyRequests},
+		{"/v1/login.", http.StatusBadRequest},
+		{"/v1/login%20", http.StatusBadRequest},
+		{`/v1\login`, http.StatusBadRequest},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			g := newTestGateway(t, ruleYAML, nil)
+			if resp, _ := g.do(t, "POST", "/v1/login", "X-API-Key", "k"); resp.StatusCode != http.StatusOK {
+				t.Fatalf("first login: status %d", resp.StatusCode)
+			}
+			resp, body := g.do(t, "POST", tc.path, "X-API-Key", "k")
+			if resp.StatusCode != tc.want {
+				t.Errorf("POST %s after the login's one token: status %d, want %d; %s", tc.path, resp.StatusCode, tc.want, body)
+			}
+		})
+	}
+}
+
+// TestUnlimitedRequestsAreEvents: a request no limit applies to still
+// makes an Event, so that the rules service can compare a canary that
+// starts limiting such traffic.
+func TestUnlimitedRequestsAreEvents(t *testing.T) {
+	g := newTestGateway(t, "rules: [{scope: ip, limits: [{name: ip, rate: 5, per: 1s}]}]", nil)
+	if resp, _ := g.do(t, "GET", "/", "X-API-Key", "k"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.events) != 1 || g.events[0].Source != gateway.SourceUnlimited || !g.events[0].Decision.Allowed || len(g.events[0].Limits) != 0 {
+		t.Fatalf("events %+v, want one allowed event from %q with no limits", g.events, gateway.SourceUnlimited)
+	}
+}

@@ -82,15 +82,8 @@ func apiKey(h http.Header) (string, error) {
 	if k == "" {
 		return "", nil
 	}
-	if len(k) > rules.MaxKeyLen {
-		return "", newError(http.StatusBadRequest,
-			fmt.Sprintf("the API key in %s is %d bytes, longer than %d", from, len(k), rules.MaxKeyLen), nil)
-	}
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; c < 0x20 || c == 0x7f {
-			return "", newError(http.StatusBadRequest,
-				fmt.Sprintf("the API key in %s holds control character 0x%02x at byte %d", from, c, i), nil)
-		}
+	if err := rules.CheckKey(k); err != nil {
+		return "", newError(http.StatusBadRequest, fmt.Sprintf("%s: %v", from, err), nil)
 	}
 	return k, nil
 }
