@@ -18,9 +18,11 @@ type book struct {
 	deniedCost  int64 // ...requests costing at least this much
 	denied      limit.Decision
 
-	fetching bool           // a batch is on its way: at most one per key
-	last     limit.Decision // the shared store's last grant, for headers
-	lastAt   int64
+	fetching    bool           // a batch is on its way: at most one per key
+	asking      chan struct{}  // a call for a refused key is out; closed when it is back
+	lastRefused bool           // the shared store's last answer was a refusal
+	last        limit.Decision // the shared store's last grant, for headers
+	lastAt      int64
 
 	// Requests seen in the current and the previous demand window: a key
 	// is only as busy as its traffic here, whatever its limit allows.
@@ -75,6 +77,7 @@ func (b *book) spend(now, cost int64) bool {
 
 // add puts granted tokens in the lease, renewing it for ttl.
 func (b *book) add(now, granted, ttl int64, d limit.Decision) {
+	b.lastRefused = false
 	b.expire(now)
 	b.tokens += granted
 	b.expires = now + ttl
@@ -87,12 +90,16 @@ func (b *book) refused(now, cost int64) bool {
 }
 
 // deny remembers the shared store's refusal of a request of cost: until its
-// retry time nothing that costs as much can pass, so there is no need to ask.
-// A request that can never pass is remembered for ttl.
-func (b *book) deny(now, cost, ttl int64, d limit.Decision) {
+// retry time, and hold ms more, nothing that costs as much can pass, so
+// there is no need to ask (holding longer only refuses more). A request
+// that can never pass is remembered for ttl.
+func (b *book) deny(now, cost, ttl int64, d limit.Decision, hold int64) {
+	b.lastRefused = true
 	wait := d.RetryAfter.Milliseconds()
 	if d.RetryAfter == limit.Never {
 		wait = ttl
+	} else if wait > 0 {
+		wait = min(wait+max(hold, 0), max(wait, ttl))
 	}
 	if wait <= 0 {
 		return

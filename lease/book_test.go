@@ -82,7 +82,7 @@ func TestBookDeny(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b book
-			b.deny(0, 2, 1000, limit.Decision{RetryAfter: tc.retry})
+			b.deny(0, 2, 1000, limit.Decision{RetryAfter: tc.retry}, 0)
 			for _, c := range []struct {
 				at, cost int64
 				want     bool

@@ -192,28 +192,51 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	e.mu.Lock()
 	b := &e.b
 	size := min(batch, b.seen(now, s.window))
-	if b.spend(now, cost) {
-		d := b.leased(now)
-		refill := size > 1 && 2*b.tokens < size && !b.fetching
-		b.fetching = b.fetching || refill
-		dropped := b.takeDropped()
-		e.mu.Unlock()
-		s.metrics.served(limit.FromLease, dropped)
-		if refill {
-			s.refill(e, req, size)
+	for {
+		if b.spend(now, cost) {
+			d := b.leased(now)
+			refill := size > 1 && 2*b.tokens < size && !b.fetching
+			b.fetching = b.fetching || refill
+			dropped := b.takeDropped()
+			e.mu.Unlock()
+			s.metrics.served(limit.FromLease, dropped)
+			if refill {
+				s.refill(e, req, size)
+			}
+			d.Source = limit.FromLease
+			return d, nil
 		}
-		d.Source = limit.FromLease
-		return d, nil
-	}
-	// Leased tokens are already paid for, so only a request the lease
-	// cannot serve reads the refusal cache.
-	if b.refused(now, cost) {
-		d := b.deniedAt(now)
-		dropped := b.takeDropped()
+		// Leased tokens are already paid for, so only a request the lease
+		// cannot serve reads the refusal cache.
+		if b.refused(now, cost) {
+			d := b.deniedAt(now)
+			dropped := b.takeDropped()
+			e.mu.Unlock()
+			s.metrics.served(limit.FromRefusalCache, dropped)
+			d.Source = limit.FromRefusalCache
+			return d, nil
+		}
+		// A key the shared store refused last has one call in flight per
+		// gateway: later requests wait for its answer and read it from the
+		// book (a refusal, or the batch it fetched), so a client retrying
+		// as hard as it can costs a bounded number of calls.
+		ch := b.asking
+		if ch == nil || !b.lastRefused {
+			break
+		}
 		e.mu.Unlock()
-		s.metrics.served(limit.FromRefusalCache, dropped)
-		d.Source = limit.FromRefusalCache
-		return d, nil
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return limit.Decision{}, fmt.Errorf("lease: %w", ctx.Err())
+		}
+		now = s.now().UnixMilli()
+		e.mu.Lock()
+	}
+	var asking chan struct{}
+	if b.lastRefused {
+		asking = make(chan struct{})
+		b.asking = asking
 	}
 	// Ask the shared store, with the few leased tokens left (fewer than the
 	// cost) set aside for this request. Only one batch per key is in
@@ -240,16 +263,21 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	if fetch {
 		b.fetching = false
 	}
+	if asking != nil {
+		close(asking)
+		b.asking = nil
+	}
 	if err != nil || !d.Allowed {
 		if reserved > 0 && now < reservedUntil {
 			b.tokens += reserved
 			b.expires = max(b.expires, reservedUntil)
 		}
 		if err == nil && shared(d.Source) {
-			b.deny(now, cost, s.ttl, d)
+			b.deny(now, cost, s.ttl, d, holdFor(req, d, size, cost))
 		}
 		return d, err
 	}
+	b.lastRefused = false
 	if extra := reserved + granted - cost; extra > 0 {
 		b.add(now, extra, s.ttl, d)
 		d.Remaining += extra
@@ -257,6 +285,19 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 		b.last, b.lastAt = d, now
 	}
 	return d, nil
+}
+
+// holdFor is how much longer than its retry time a refusal of a request of
+// cost is remembered when the key's batch is size: until the refusing
+// limit has refilled a whole batch rather than one request's cost, so that
+// the next call can lease a batch instead of each call winning one token.
+// It is never more than the lookahead of a batch at the limit's full rate.
+func holdFor(req *limit.Request, d limit.Decision, size, cost int64) int64 {
+	if size <= cost || d.RetryAfter <= 0 || d.Index < 0 || d.Index >= len(req.Limits) {
+		return 0
+	}
+	l := &req.Limits[d.Index]
+	return (size - cost) * l.PeriodMillis() / l.Count
 }
 
 // shared reports whether an answer from src counts tokens every gateway
@@ -305,7 +346,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64) {
 		case granted > 0:
 			e.b.add(now, granted, s.ttl, d)
 		default:
-			e.b.deny(now, 1, s.ttl, d)
+			e.b.deny(now, 1, s.ttl, d, holdFor(&r, d, want, 1))
 		}
 	}()
 }
@@ -373,7 +414,7 @@ func (sh *shard) sweep(cutoff int64, keep *entry) {
 			continue
 		}
 		e.mu.Lock()
-		idle := e.b.lastUsed < cutoff && !e.b.fetching
+		idle := e.b.lastUsed < cutoff && !e.b.fetching && e.b.asking == nil
 		e.mu.Unlock()
 		if idle {
 			delete(sh.entries, id)
