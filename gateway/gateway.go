@@ -308,23 +308,22 @@ func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request
 		e.Problem.RetryAfterMillis = wait.Milliseconds()
 		return e
 	}
-	for i := range req.Limits {
-		if lim := &req.Limits[i]; lim.FailClosed {
-			level := slog.LevelError
-			if src == limit.FromFailClosed {
-				level = slog.LevelInfo
-			}
-			l.logDecision(cl, level, "rate limit store failed; refusing under a fail-closed limit",
-				logLine{outcome: outcomeError, limit: lim, rule: ruleAt(rs, i), source: src, err: err})
-			e := newError(http.StatusServiceUnavailable,
-				fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
-			e.Problem.Limit = lim.Name
-			if src == limit.FromFailClosed && d.RetryAfter > 0 {
-				w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
-				e.Problem.RetryAfterMillis = max(d.RetryAfter.Milliseconds(), 1)
-			}
-			return e
+	if i := req.FailClosed(); i >= 0 {
+		lim := &req.Limits[i]
+		level := slog.LevelError
+		if src == limit.FromFailClosed {
+			level = slog.LevelInfo
 		}
+		l.logDecision(cl, level, "rate limit store failed; refusing under a fail-closed limit",
+			logLine{outcome: outcomeError, limit: lim, rule: ruleAt(rs, i), source: src, err: err})
+		e := newError(http.StatusServiceUnavailable,
+			fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
+		e.Problem.Limit = lim.Name
+		if src == limit.FromFailClosed && d.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+			e.Problem.RetryAfterMillis = max(d.RetryAfter.Milliseconds(), 1)
+		}
+		return e
 	}
 	l.logDecision(cl, slog.LevelWarn, "rate limit store failed; letting the request through",
 		logLine{outcome: outcomeError, source: src, err: err})

@@ -344,9 +344,8 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // Decision still names the limit that refused and the wait until the shard
 // is probed again. Errors are as Take's.
 func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
-	if err := req.Validate(); err != nil {
-		return 0, limit.Decision{}, err
-	}
+	// The request is validated where it is answered: by the remote, or
+	// before a local answer (fallback), not once more here.
 	if err := ctx.Err(); err != nil {
 		// Gone before the shard was asked: no verdict on it either way.
 		return 0, limit.Decision{}, fmt.Errorf("guard: %w", err)
@@ -360,6 +359,11 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 	}
 	granted, d, err, v := s.ask(ctx, sh, req, max(want, req.EffectiveCost()))
 	switch v {
+	case invalid:
+		sh.mu.Lock()
+		sh.b.abandon(probe)
+		sh.mu.Unlock()
+		return 0, limit.Decision{}, err
 	case down:
 		s.trip(sh, err)
 		return s.fallback(sh, req, err)
@@ -394,6 +398,7 @@ const (
 	ok       verdict = iota // the remote decided, or failed: its error says
 	down                    // the node has been silent for DownAfter: it is down
 	answered                // the node answered, but not usably for this request
+	invalid                 // the remote refused the request itself, before any I/O
 	shed                    // the node was answering; this process was too slow
 	gaveUp                  // the caller cancelled: nothing is known
 )
@@ -462,6 +467,9 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 			return 0, d, err, shed
 		}
 		return 0, d, err, ok
+	case errors.Is(err, limit.ErrInvalid):
+		// Refused before any I/O: nothing is known about the node.
+		return 0, d, err, invalid
 	case errors.Is(err, limit.ErrBadReply):
 		return 0, d, err, answered
 	}
@@ -593,21 +601,24 @@ func (s *Store) transitioned(sh *shard, from, to State, err error) {
 // calling.
 func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, limit.Decision, error) {
 	now := s.now()
-	for i := range req.Limits {
-		if l := &req.Limits[i]; l.FailClosed {
-			sh.mu.Lock()
-			wait := sh.b.retryIn(now)
-			if cause == nil {
-				cause = sh.b.cause
-			}
-			sh.mu.Unlock()
-			s.metrics.fallback(limit.FromFailClosed, false)
-			d := limit.Decision{Index: i, RetryAfter: wait, Source: limit.FromFailClosed}
-			if cause == nil {
-				return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w", l.Name, sh.name, ErrUnavailable)
-			}
-			return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w: %w", l.Name, sh.name, ErrUnavailable, cause)
+	if i := req.FailClosed(); i >= 0 {
+		l := &req.Limits[i]
+		sh.mu.Lock()
+		wait := sh.b.retryIn(now)
+		if cause == nil {
+			cause = sh.b.cause
 		}
+		sh.mu.Unlock()
+		s.metrics.fallback(limit.FromFailClosed, false)
+		d := limit.Decision{Index: i, RetryAfter: wait, Source: limit.FromFailClosed}
+		if cause == nil {
+			return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w", l.Name, sh.name, ErrUnavailable)
+		}
+		return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w: %w", l.Name, sh.name, ErrUnavailable, cause)
+	}
+	if err := req.Validate(); err != nil {
+		// The remote validates what it is asked; a local answer must too.
+		return 0, limit.Decision{}, err
 	}
 	sh.mu.Lock()
 	if sh.fleet == 0 {

@@ -224,8 +224,41 @@ func (r *Request) EffectiveCost() int64 {
 	return r.Cost
 }
 
-// Validate checks the request before a store touches any state.
+// FailClosed returns the index of the first of the request's limits that
+// fails closed (Limit.FailClosed), or -1 when none does: the one rule, for
+// every layer, of whether a request may be answered without the shared
+// store.
+func (r *Request) FailClosed() int {
+	for i := range r.Limits {
+		if r.Limits[i].FailClosed {
+			return i
+		}
+	}
+	return -1
+}
+
+// Validate checks the request before a store touches any state. Its
+// errors match ErrInvalid (errors.Is), so that layers above a store can
+// tell a request no store could take from a store that failed.
 func (r *Request) Validate() error {
+	if err := r.validate(); err != nil {
+		return invalidError{err}
+	}
+	return nil
+}
+
+// ErrInvalid is matched by the errors of Request.Validate: the request
+// itself is wrong, whatever store it goes to.
+var ErrInvalid = errors.New("invalid rate limit request")
+
+// invalidError is a validation error that matches ErrInvalid and reads as
+// the error it wraps.
+type invalidError struct{ error }
+
+func (e invalidError) Is(target error) bool { return target == ErrInvalid }
+func (e invalidError) Unwrap() error        { return e.error }
+
+func (r *Request) validate() error {
 	if len(r.Limits) == 0 {
 		return errors.New("limit: request has no limits")
 	}
