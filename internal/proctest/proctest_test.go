@@ -92,7 +92,7 @@ func TestStartFails(t *testing.T) {
 		env  []string
 		want []string
 	}{
-		{nil, []string{"sluice rules --listen 127.0.0.1:0 exited before listening: exit status 1", "--postgres is empty"}},
+		{nil, []string{"sluice rules --listen 127.0.0.1:0 --trusted-network exited before listening: exit status 1", "--postgres is empty"}},
 		{[]string{"SLUICE_POSTGRES=postgres://postgres@127.0.0.1:1/none"}, []string{"postgres connect"}},
 	}
 	for _, tt := range tests {
@@ -102,7 +102,7 @@ func TestStartFails(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				sluice.StartEnv(r, tt.env, "rules", "--listen", "127.0.0.1:0")
+				sluice.StartEnv(r, tt.env, "rules", "--listen", "127.0.0.1:0", "--trusted-network")
 			}()
 			<-done
 			if r.msg == "" {
