@@ -332,7 +332,7 @@ func (s *Store) anyOpen() bool {
 // which says nothing against its node. Any other failure of the shared
 // store is answered by the local fallback.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	_, d, err := s.TakeUpTo(ctx, req, req.EffectiveCost())
+	_, d, err := s.TakeUpTo(ctx, req, max(req.EffectiveCost(), 1))
 	return d, err
 }
 
@@ -346,6 +346,9 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	// The request is validated where it is answered: by the remote, or
 	// before a local answer (fallback), not once more here.
+	if want < 1 {
+		return 0, limit.Decision{}, fmt.Errorf("guard: want %d tokens: must be at least 1", want)
+	}
 	if err := ctx.Err(); err != nil {
 		// Gone before the shard was asked: no verdict on it either way.
 		return 0, limit.Decision{}, fmt.Errorf("guard: %w", err)

@@ -352,7 +352,7 @@ type Granter interface {
 	Store
 	// TakeUpTo takes as many tokens as every limit of req can spare, at
 	// least req's cost and at most want (a want below the cost means the
-	// cost), atomically, and reports how many it took. When granted is
+	// cost; below 1 is an error), atomically, and reports how many it took. When granted is
 	// positive, d describes the limits after the take; when it is zero, d
 	// is the refusal Take would have given req.
 	TakeUpTo(ctx context.Context, req *Request, want int64) (granted int64, d Decision, err error)
