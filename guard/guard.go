@@ -519,8 +519,7 @@ func (w *watchdog) fire() {
 		w.arm(min(step, left))
 		return
 	}
-	switch {
-	case s.stalled(w.sh.name, s.downAfter):
+	if s.stalled(w.sh.name, s.downAfter) {
 		w.cancel(errDown)
 		return
 	}
@@ -546,12 +545,15 @@ func (w *watchdog) fire() {
 
 // trip opens sh's breaker at once: its node has been silent for DownAfter
 // while owing replies, which no number of further calls needs to confirm.
+// Calls that were waiting when another tripped it leave it as it is.
 func (s *Store) trip(sh *shard, err error) {
 	now := s.now()
 	sh.mu.Lock()
 	from := sh.b.state
-	sh.b.open(now, err)
-	sh.b.probing = false
+	if from != Open {
+		sh.b.open(now, err)
+		sh.b.probing = false
+	}
 	sh.mu.Unlock()
 	s.metrics.failure(sh.name, true)
 	if from != Open {
