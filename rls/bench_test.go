@@ -1,0 +1,183 @@
+package rls_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/redisstore"
+	"github.com/sluice-rl/sluice/rls"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// benchKeys is how many callers the end-to-end benchmarks spread requests
+// over: enough that most requests go to Redis rather than to leases.
+const benchKeys = 10000
+
+// productionStore is the gateway's stack over one Redis server: leases
+// over the guard over redisstore.
+func productionStore(b *testing.B, addr string) limit.Store {
+	b.Helper()
+	rs, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rs.Close)
+	g, err := guard.New(rs, guard.Config{Timeout: time.Second, Shard: func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(g.Close)
+	l, err := lease.New(g, lease.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(l.Close)
+	return l
+}
+
+// BenchmarkDecision compares one decision through the gRPC service with
+// one through the gateway, each a real client over loopback to a real
+// server over the same store stack on one Redis, with one token bucket
+// per caller. It reports decisions a second and the p50 and p99 latency
+// a client sees.
+func BenchmarkDecision(b *testing.B) {
+	addr := redistest.Standalone(b).Addr()
+	b.Run("rls-grpc", func(b *testing.B) {
+		s := serve(b, `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
+`, productionStore(b, addr))
+		measure(b, func(i int) error {
+			resp, err := s.client.ShouldRateLimit(context.Background(),
+				&rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds(desc("user", strconv.Itoa(i%benchKeys)))})
+			if err == nil && resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				err = fmt.Errorf("answer %v, want OK", resp.GetOverallCode())
+			}
+			return err
+		})
+	})
+	b.Run("gateway-http", func(b *testing.B) {
+		set, err := rules.Parse("bench.yaml", []byte(`
+rules:
+  - scope: default
+    limits: [{name: s, rate: 1000000, per: 1s}]
+`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lim, err := gateway.New(gateway.Config{Store: productionStore(b, addr), Rules: gateway.StaticRules(set)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := httptest.NewServer(lim.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+		b.Cleanup(srv.Close)
+		client := srv.Client()
+		client.Transport.(*http.Transport).MaxIdleConnsPerHost = 256
+		measure(b, func(i int) error {
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+			if err != nil {
+				return err
+			}
+			req.Header.Set("X-API-Key", "key-"+strconv.Itoa(i%benchKeys))
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("status %d, want 200", resp.StatusCode)
+			}
+			return nil
+		})
+	})
+}
+
+// measure runs do b.N times from parallel clients and reports decisions a
+// second and latency percentiles.
+func measure(b *testing.B, do func(i int) error) {
+	b.ReportAllocs()
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		all  []time.Duration
+	)
+	b.SetParallelism(8)
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		var mine []time.Duration
+		for pb.Next() {
+			t := time.Now()
+			if err := do(int(next.Add(1))); err != nil {
+				b.Error(err)
+				return
+			}
+			mine = append(mine, time.Since(t))
+		}
+		mu.Lock()
+		all = append(all, mine...)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkShouldRateLimit is the service's own cost, in process: three
+// descriptors, one nested, over the in-process store.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	b.ReportAllocs()
+	rules, _, err := rls.ParseRules("bench.yaml", []byte(`
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 100000000}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := rls.New(rls.Config{Store: memstore.New(memstore.Config{}), Rules: rules})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds(desc("remote_address", "10.0.0.1"),
+		desc("path", "/api/users"), desc("tenant", "acme", "user", "alice"))}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := svc.ShouldRateLimit(context.Background(), req)
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				b.Errorf("got %v, %v; want OK", resp.GetOverallCode(), err)
+				return
+			}
+		}
+	})
+}
