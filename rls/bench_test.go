@@ -17,10 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
-	"github.com/sluice-rl/sluice/lease"
-	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
-	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -28,28 +25,6 @@ import (
 // benchKeys is how many callers the end-to-end benchmarks spread requests
 // over: enough that most requests go to Redis rather than to leases.
 const benchKeys = 10000
-
-// productionStore is the gateway's stack over one Redis server: leases
-// over the guard over redisstore.
-func productionStore(b *testing.B, addr string) limit.Store {
-	b.Helper()
-	rs, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{addr}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(rs.Close)
-	g, err := guard.New(rs, guard.Config{Timeout: time.Second, Shard: func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(g.Close)
-	l, err := lease.New(g, lease.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(l.Close)
-	return l
-}
 
 // BenchmarkDecision compares one decision through the gRPC service with
 // one through the gateway, each a real client over loopback to a real
@@ -64,7 +39,7 @@ domain: bench
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
-`, productionStore(b, addr))
+`, guardedStore(b, addr, guard.Config{Timeout: time.Second}))
 		measure(b, func(i int) error {
 			resp, err := s.client.ShouldRateLimit(context.Background(),
 				&rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds(desc("user", strconv.Itoa(i%benchKeys)))})
@@ -83,7 +58,7 @@ rules:
 		if err != nil {
 			b.Fatal(err)
 		}
-		lim, err := gateway.New(gateway.Config{Store: productionStore(b, addr), Rules: gateway.StaticRules(set)})
+		lim, err := gateway.New(gateway.Config{Store: guardedStore(b, addr, guard.Config{Timeout: time.Second}), Rules: gateway.StaticRules(set)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rls"
@@ -49,6 +51,29 @@ func clusterStore(t testing.TB) *redisstore.Store {
 	}
 	t.Cleanup(rs.Close)
 	return rs
+}
+
+// guardedStore is the gateway's stack over the Redis at addr: leases over
+// the guard (configured by cfg, its Shard set here) over redisstore.
+func guardedStore(t testing.TB, addr string, cfg guard.Config) limit.Store {
+	t.Helper()
+	rs, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	cfg.Shard = func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) }
+	g, err := guard.New(rs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	l, err := lease.New(g, lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
 }
 
 // server is a Service on a real gRPC server on loopback, and a client of it

@@ -1,14 +1,11 @@
 package rls_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
-	"github.com/sluice-rl/sluice/lease"
-	"github.com/sluice-rl/sluice/redisstore"
 )
 
 func TestRedisDownFallsBackLocallyAndFailClosedRefuses(t *testing.T) {
@@ -18,24 +15,7 @@ func TestRedisDownFallsBackLocallyAndFailClosedRefuses(t *testing.T) {
 	// (slack 1, one process: the whole limit), and a request with a
 	// fail_mode closed descriptor is OVER_LIMIT, with a Retry-After.
 	srv := redistest.Standalone(t)
-	rs, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Close)
-	g, err := guard.New(rs, guard.Config{
-		Timeout: time.Second, TripAfter: 1, Pause: time.Hour, Slack: 1,
-		Shard: func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	l, err := lease.New(g, lease.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
+	l := guardedStore(t, srv.Addr(), guard.Config{Timeout: time.Second, TripAfter: 1, Pause: time.Hour, Slack: 1})
 	s := serve(t, `
 domain: outage
 descriptors:
