@@ -15,9 +15,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rl/sluice/gateway"
-	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -38,7 +38,7 @@ domain: bench
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
-`, guardedStore(b, addr, guard.Config{Timeout: time.Second}))
+`, pipelineStore(b, addr, pipeline.Config{}))
 	grpcDecision := func(i int) error {
 		resp, err := s.client.ShouldRateLimit(context.Background(),
 			&rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds(desc("user", strconv.Itoa(i%benchKeys)))})
@@ -56,7 +56,7 @@ rules:
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim, err := gateway.New(gateway.Config{Store: guardedStore(b, addr, guard.Config{Timeout: time.Second}), Rules: gateway.StaticRules(set)})
+	lim, err := gateway.New(gateway.Config{Store: pipelineStore(b, addr, pipeline.Config{}), Rules: gateway.StaticRules(set)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -18,7 +19,7 @@ const maxJSONBody = 1 << 20
 // JSON mapping ({"domain": ..., "descriptors": [{"entries": [{"key": ...,
 // "value": ...}]}], "hitsAddend": n}) and get the RateLimitResponse the
 // same way, with status 200 when OK, 429 when OVER_LIMIT, 400 for a
-// malformed request and 405 for another method.
+// malformed request, 503 when shed and 405 for another method.
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -41,7 +42,11 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.ShouldRateLimit(r.Context(), &req)
 	if err != nil {
-		http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
+		code := http.StatusBadRequest
+		if status.Code(err) == codes.Unavailable {
+			code = http.StatusServiceUnavailable
+		}
+		http.Error(w, status.Convert(err).Message(), code)
 		return
 	}
 	out, err := protojson.Marshal(resp)

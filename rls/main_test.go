@@ -15,10 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
-	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rls"
 )
@@ -53,27 +52,20 @@ func clusterStore(t testing.TB) *redisstore.Store {
 	return rs
 }
 
-// guardedStore is the gateway's stack over the Redis at addr: leases over
-// the guard (configured by cfg, its Shard set here) over redisstore.
-func guardedStore(t testing.TB, addr string, cfg guard.Config) limit.Store {
+// pipelineStore is the gateway's decision stack over the Redis at addr,
+// tuned by cfg: leases over the guard over redisstore.
+func pipelineStore(t testing.TB, addr string, cfg pipeline.Config) limit.Store {
 	t.Helper()
-	rs, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{addr}})
+	cfg.Redis.Addrs = []string{addr}
+	if cfg.Gateways == 0 {
+		cfg.Gateways = 1
+	}
+	p, err := pipeline.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rs.Close)
-	cfg.Shard = func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) }
-	g, err := guard.New(rs, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	l, err := lease.New(g, lease.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	return l
+	t.Cleanup(p.Close)
+	return p
 }
 
 // server is a Service on a real gRPC server on loopback, and a client of it

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // metrics are the Service's Prometheus collectors, shaped like
@@ -36,7 +38,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		nearLimit:  counter("near_limit_total", "Hits allowed with less than 1 - near-limit ratio (0.8) of the descriptor's limit left."),
 		shadowMode: counter("shadow_mode_total", "Hits a shadow_mode descriptor let through that its limit would have refused."),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rls", Name: "requests_total",
-			Help: "ShouldRateLimit calls by answer: OK, OVER_LIMIT, or INVALID_ARGUMENT for malformed requests."}, []string{"code"}),
+			Help: "ShouldRateLimit calls by answer (OK, OVER_LIMIT, INVALID_ARGUMENT for malformed requests, UNAVAILABLE when shed) " +
+				"and by the source of the store's answer for the enforced descriptors (memory, redis, lease, refusal-cache, local-fallback, " +
+				"fail-closed, shed; none when no store call was needed)."}, []string{"code", "source"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sluice", Subsystem: "rls", Name: "check_duration_seconds",
 			Help:    "Time to answer one ShouldRateLimit call, store calls included.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .00075, .001, .0015, .002, .003, .004, .005, .0075, .01, .025, .05, .1, .25, .5, 1}}),
@@ -80,17 +84,23 @@ func (m *metrics) storeError() {
 	}
 }
 
-func (m *metrics) observe(d time.Duration, resp *rlsv3.RateLimitResponse, err error) {
+func (m *metrics) observe(d time.Duration, resp *rlsv3.RateLimitResponse, err error, src limit.Source) {
 	if m == nil {
 		return
 	}
 	m.latency.Observe(d.Seconds())
 	code := resp.GetOverallCode().String()
-	if err != nil {
-		code = "INVALID_ARGUMENT" // the only error check returns
-		if c := status.Code(err); c != codes.InvalidArgument {
-			code = c.String()
-		}
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.InvalidArgument:
+		code = "INVALID_ARGUMENT"
+	case codes.Unavailable:
+		code = "UNAVAILABLE"
+	default:
+		code = status.Code(err).String()
 	}
-	m.requests.WithLabelValues(code).Inc()
+	if src == "" {
+		src = "none"
+	}
+	m.requests.WithLabelValues(code, string(src)).Inc()
 }

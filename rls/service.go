@@ -127,12 +127,15 @@ func orInt(v, def int) int {
 const keyPrefix = "rls:"
 
 // ShouldRateLimit implements RateLimitServiceServer. A malformed request
-// gets INVALID_ARGUMENT; every other request an answer, with OVER_LIMIT
-// only from a limit or a fail-closed limit the store cannot check.
+// gets INVALID_ARGUMENT, and one the store shed because this process is
+// too busy (limit.FromShed) UNAVAILABLE; every other request an answer,
+// with OVER_LIMIT only from a limit or a fail-closed limit the store
+// cannot check.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := s.check(ctx, req)
-	s.metrics.observe(time.Since(start), resp, err)
+	var src limit.Source
+	resp, err := s.check(ctx, req, &src)
+	s.metrics.observe(time.Since(start), resp, err, src)
 	return resp, err
 }
 
@@ -179,8 +182,9 @@ func (c *call) take(ctx context.Context, s *Service) {
 	}
 }
 
-// check answers one request.
-func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+// check answers one request, and sets *src to where the store's answer for
+// its enforced descriptors came from (empty when it asked none).
+func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *limit.Source) (*rlsv3.RateLimitResponse, error) {
 	if err := s.validate(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -266,9 +270,16 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 	if len(enforced.req.Limits) > 0 {
 		enforced.take(ctx, s)
+		*src = enforced.d.Source
 	}
 	wg.Wait()
 
+	if enforced.err != nil && enforced.d.Source == limit.FromShed {
+		// Guessing locally would be a silent switch to local limits; Envoy's
+		// failure_mode_deny decides what an unavailable service means.
+		s.metrics.storeError()
+		return nil, status.Errorf(codes.Unavailable, "sluice is too busy to check this request in time: %v", enforced.err)
+	}
 	failed := -1 // the enforced limit that fails closed while the store failed
 	if enforced.err != nil {
 		failed = s.storeFailed(domain, enforced)

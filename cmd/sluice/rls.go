@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/rls"
 )
 
@@ -30,7 +31,7 @@ type rlsOptions struct {
 	Reflection      bool
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
-	Guard           guardOptions
+	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
 }
 
 // defaultRLSListen is the port envoyproxy/ratelimit serves gRPC on.
@@ -62,12 +63,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	fs.BoolVar(&opts.Reflection, "grpc-reflection", false, "serve gRPC server reflection, for grpcurl and the like")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let calls in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
-	fs.IntVar(&opts.Guard.Gateways, "instances", 0, "`number` of sluice processes sharing the Redis, for leases and the local fallback; 0 means 1")
-	fs.DurationVar(&opts.Guard.RedisTimeout, "redis-timeout", 0, "deadline of each Redis call, after which the request is limited locally; 0 means 5ms")
-	fs.IntVar(&opts.Guard.BreakerTrip, "breaker-failures", 0, "consecutive failed Redis calls that open a shard's circuit breaker; 0 means 5")
-	fs.DurationVar(&opts.Guard.BreakerPause, "breaker-pause", 0, "how long an open breaker limits its keys locally before probing the shard; 0 means 2s")
-	fs.Float64Var(&opts.Guard.FallbackSlack, "fallback-slack", 0, "while a shard is down each process enforces slack/instances of a limit; 0 means 2")
-	fs.BoolVar(&opts.Guard.NoLeases, "no-leases", false, "check every request in Redis: no token leases for busy descriptors, no refusal cache")
+	addPipelineFlags(fs, &opts.Pipeline)
 	if err := parseFlags(fs, args); err != nil {
 		return opts, err
 	}
@@ -99,18 +95,16 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	// The gateway's store: Redis guarded by deadlines, breakers and a local
-	// fallback, with leases on top; or the process's memory.
-	store, closeStore, err := newStore(ctx, gatewayOptions{Redis: opts.Redis}, logger)
+	// The gateway's decision stack: leases over the guard over Redis, or
+	// the process's memory.
+	pcfg := opts.Pipeline
+	pcfg.Redis.Addrs, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
+	store, err := pipeline.New(ctx, pcfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("--redis: %w", err)
 	}
-	defer closeStore()
-	store, closeGuard, err := newGuardedStore(store, opts.Guard, nil, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer closeGuard()
+	// Closed last, once every call in flight has its answer.
+	defer store.Close()
 	svc, err := rls.New(rls.Config{Store: store, Rules: watcher, Logger: logger, Registerer: reg})
 	if err != nil {
 		return err
