@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice/memstore"
 )
 
 // step is one request of a scenario and the codes it must get, as answer
@@ -283,4 +285,30 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 	})
 	// An unknown domain has no limits.
 	runSteps(t, s, "unknown", []step{{descs: ds(desc("k", "v")), want: "OK: OK"}})
+}
+
+func TestMetricNamesFollowEnvoyRatelimit(t *testing.T) {
+	s := serve(t, `
+domain: m
+descriptors:
+  - key: to_number
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: hour, requests_per_unit: 10}
+`, memstore.New(memstore.Config{}))
+	s.ask(t, "m", 2, desc("to_number", "206"), desc("user", "alice"), desc("path", "/api/x"), desc("message_type", "marketing", "to_number", "206"))
+	for _, name := range []string{"to_number", "user_alice", "path_/api/*", "message_type_marketing.to_number"} {
+		if got := s.counter(t, "sluice_rls_total_hits_total", "m", name); got != 2 {
+			t.Errorf("total_hits of %q: got %v, want 2", name, got)
+		}
+	}
 }

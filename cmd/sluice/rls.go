@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/pipeline"
@@ -29,6 +31,7 @@ type rlsOptions struct {
 	ReloadEvery     time.Duration
 	Redis           []string
 	Reflection      bool
+	MaxConnAge      time.Duration // 0: connections live as long as the client keeps them
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
 	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
@@ -61,6 +64,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 		return nil
 	})
 	fs.BoolVar(&opts.Reflection, "grpc-reflection", false, "serve gRPC server reflection, for grpcurl and the like")
+	fs.DurationVar(&opts.MaxConnAge, "max-connection-age", 0, "close each gRPC connection (with GOAWAY, calls in flight finishing) after about this long, so Envoy reconnects and spreads over new instances; 0 for never")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let calls in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	addPipelineFlags(fs, &opts.Pipeline)
@@ -114,7 +118,11 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	grpcServer, health := rls.NewGRPCServer(svc, opts.Reflection)
+	var grpcOpts []grpc.ServerOption
+	if opts.MaxConnAge > 0 {
+		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: opts.MaxConnAge, MaxConnectionAgeGrace: opts.ShutdownTimeout}))
+	}
+	grpcServer, health := rls.NewGRPCServer(svc, opts.Reflection, grpcOpts...)
 	var httpServer *http.Server
 	var hln net.Listener
 	if opts.HTTPListen != "" {
