@@ -141,8 +141,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // item is one descriptor of a request.
 type item struct {
-	n      *node
+	n      *node // nil: no limit applies (none matched, replaced, negative hits)
 	metric string
+	cost   int64
 	call   *call // the store call its limit is in; nil when none
 	index  int   // its limit's index in call.req.Limits
 }
@@ -220,7 +221,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 
 	enforced := &call{req: limit.Request{Key: keyPrefix + domain}}
 	shadow := &call{req: limit.Request{Key: keyPrefix + domain}}
-	blocked := -1 // an enforced descriptor with requests_per_unit 0
+	blocked := false // an enforced descriptor has requests_per_unit 0
 	for i := range items {
 		it := &items[i]
 		if it.n == nil {
@@ -231,32 +232,25 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 			it.n = nil // replaced: neither evaluated nor changed
 			continue
 		}
-		cost := s.cost(req, descs[i])
-		s.metrics.hit(domain, it.metric, cost)
-		switch {
-		case r.unlimited:
-			continue
-		case r.blocked:
-			s.metrics.over(domain, it.metric, cost, it.n.shadow)
-			if !it.n.shadow && blocked < 0 {
-				blocked = i
-			}
+		it.cost = s.cost(req, descs[i])
+		if r.unlimited || r.blocked {
+			blocked = blocked || r.blocked && !it.n.shadow
 			continue
 		}
 		c := enforced
 		if it.n.shadow {
 			c = shadow
 		}
-		if len(c.req.Limits) > 0 && c.req.Cost != cost {
+		if len(c.req.Limits) > 0 && c.req.Cost != it.cost {
 			return nil, status.Errorf(codes.InvalidArgument,
-				"descriptors %d and another one ask for different hits_addend (%d and %d); sluice takes every descriptor of a request at one cost", i, cost, c.req.Cost)
+				"descriptor %d and another one ask for different hits_addend (%d and %d); sluice takes every descriptor of a request at one cost", i, it.cost, c.req.Cost)
 		}
-		c.req.Cost = cost
+		c.req.Cost = it.cost
 		c.add(it, descs[i].GetEntries())
 	}
 
 	// A request refused by a blocked descriptor takes from no other one.
-	if blocked >= 0 {
+	if blocked {
 		enforced.req.Limits = nil
 		for i := range items {
 			if items[i].call == enforced {
@@ -288,7 +282,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 		s.storeLog.Do(func() { s.log.Warn("rls: store failed on shadow descriptors", "domain", domain, "error", shadow.err) })
 	}
 	for i := range items {
-		resp.Statuses[i] = s.status(domain, &items[i], failed, i == blocked)
+		resp.Statuses[i] = s.status(domain, &items[i], failed)
 		if resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -330,19 +324,22 @@ func (s *Service) storeFailed(domain string, c *call) int {
 // the decided limit's remaining when the call was allowed (the decided
 // limit has the fewest left, so it is a lower bound), since a store
 // answers for one limit per call.
-func (s *Service) status(domain string, it *item, failed int, blocked bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+// It also counts the item in the metrics.
+func (s *Service) status(domain string, it *item, failed int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if it.n == nil {
 		return st
 	}
 	r := it.n.rule
 	st.CurrentLimit = r.current
+	s.metrics.hit(domain, it.metric, it.cost)
 	switch {
 	case r.unlimited:
 		st.LimitRemaining = math.MaxUint32
 		return st
 	case r.blocked:
-		if blocked {
+		s.metrics.over(domain, it.metric, it.cost, it.n.shadow)
+		if !it.n.shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		return st
@@ -350,15 +347,15 @@ func (s *Service) status(domain string, it *item, failed int, blocked bool) *rls
 		return st
 	}
 	c := it.call
+	cost := it.cost
 	if c.err != nil {
 		if !it.n.shadow && it.index == failed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			s.metrics.over(domain, it.metric, c.req.EffectiveCost(), false)
+			s.metrics.over(domain, it.metric, cost, false)
 		}
 		return st
 	}
 	d := &c.d
-	cost := c.req.EffectiveCost()
 	if it.index != d.Index {
 		if d.Allowed {
 			st.LimitRemaining = clampU32(d.Remaining)

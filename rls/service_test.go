@@ -143,6 +143,7 @@ descriptors:
 		{descs: ds(desc("path", "/other")), want: "OK: OK"},
 		{descs: ds(desc("path", "/api/banned"), desc("path", "/api/c")), want: "OVER_LIMIT: OVER_LIMIT OK"},
 		{descs: ds(desc("path", "/api/c")), want: "OK: OK"}, // the blocked request took nothing
+		{descs: ds(desc("path", "/api/banned"), desc("path", "/api/banned")), want: "OVER_LIMIT: OVER_LIMIT OVER_LIMIT"},
 	})
 	st := s.ask(t, "wild", 0, desc("path", "/api/public")).GetStatuses()[0]
 	if st.GetLimitRemaining() != math.MaxUint32 {
