@@ -38,7 +38,7 @@ domain: bench
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
-`, pipelineStore(b, addr, pipeline.Config{}))
+`, pipelineStore(b, []string{addr}, pipeline.Config{}))
 	grpcDecision := func(i int) error {
 		resp, err := s.client.ShouldRateLimit(context.Background(),
 			&rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds(desc("user", strconv.Itoa(i%benchKeys)))})
@@ -56,7 +56,7 @@ rules:
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim, err := gateway.New(gateway.Config{Store: pipelineStore(b, addr, pipeline.Config{}), Rules: gateway.StaticRules(set)})
+	lim, err := gateway.New(gateway.Config{Store: pipelineStore(b, []string{addr}, pipeline.Config{}), Rules: gateway.StaticRules(set)})
 	if err != nil {
 		b.Fatal(err)
 	}

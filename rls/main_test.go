@@ -41,22 +41,18 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// clusterStore is a redisstore on the package's cluster.
-func clusterStore(t testing.TB) *redisstore.Store {
+// clusterStore is the production decision stack on the package's cluster,
+// under a key prefix of the test's own, so that reruns start afresh.
+func clusterStore(t testing.TB) limit.Store {
 	t.Helper()
-	rs, err := redisstore.New(context.Background(), redisstore.Config{Addrs: cluster.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Close)
-	return rs
+	return pipelineStore(t, cluster.Addrs(), pipeline.Config{Redis: redisstore.Config{Prefix: fmt.Sprintf("t%d:", time.Now().UnixNano())}})
 }
 
-// pipelineStore is the gateway's decision stack over the Redis at addr,
+// pipelineStore is the gateway's decision stack over the Redis at addrs,
 // tuned by cfg: leases over the guard over redisstore.
-func pipelineStore(t testing.TB, addr string, cfg pipeline.Config) limit.Store {
+func pipelineStore(t testing.TB, addrs []string, cfg pipeline.Config) limit.Store {
 	t.Helper()
-	cfg.Redis.Addrs = []string{addr}
+	cfg.Redis.Addrs = addrs
 	if cfg.Gateways == 0 {
 		cfg.Gateways = 1
 	}

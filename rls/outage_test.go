@@ -15,7 +15,7 @@ func TestRedisDownFallsBackLocallyAndFailClosedRefuses(t *testing.T) {
 	// (slack 1, one process: the whole limit), and a request with a
 	// fail_mode closed descriptor is OVER_LIMIT, with a Retry-After.
 	srv := redistest.Standalone(t)
-	l := pipelineStore(t, srv.Addr(), pipeline.Config{Timeout: time.Second, DownAfter: time.Second, TripAfter: 1, Pause: time.Hour, Slack: 1})
+	l := pipelineStore(t, []string{srv.Addr()}, pipeline.Config{Timeout: time.Second, DownAfter: time.Second, TripAfter: 1, Pause: time.Hour, Slack: 1})
 	s := serve(t, `
 domain: outage
 descriptors:
