@@ -42,10 +42,15 @@ func run(m *testing.M) int {
 }
 
 // clusterStore is the production decision stack on the package's cluster,
-// under a key prefix of the test's own, so that reruns start afresh.
+// under a key prefix of the test's own, so that reruns start afresh. Its
+// deadlines are long enough for a loaded test machine, so that every
+// answer is the cluster's, never the local fallback's.
 func clusterStore(t testing.TB) limit.Store {
 	t.Helper()
-	return pipelineStore(t, cluster.Addrs(), pipeline.Config{Redis: redisstore.Config{Prefix: fmt.Sprintf("t%d:", time.Now().UnixNano())}})
+	return pipelineStore(t, cluster.Addrs(), pipeline.Config{
+		Redis:   redisstore.Config{Prefix: fmt.Sprintf("t%d:", time.Now().UnixNano())},
+		Timeout: 2 * time.Second, DownAfter: 2 * time.Second, MaxQueue: 5 * time.Second,
+	})
 }
 
 // pipelineStore is the gateway's decision stack over the Redis at addrs,
