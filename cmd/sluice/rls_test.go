@@ -34,7 +34,8 @@ func TestRLSServesEnvoyOverRedis(t *testing.T) {
 	config := writeFile(t, "edge.yaml", rlsConfig)
 	redis := redistest.Standalone(t)
 	p := sluice.Start(t, "rls", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--config", config,
-		"--redis", redis.Addr(), "--redis-timeout", "1s", "--reload-every", "20ms", "--max-connection-age", "1m")
+		"--redis", redis.Addr(), "--redis-timeout", "2s", "--redis-down-after", "2s", "--max-queue", "5s", "--gateways", "1",
+		"--reload-every", "20ms", "--max-connection-age", "1m")
 	m := regexp.MustCompile(`grpc://(\S+)`).FindStringSubmatch(p.Stdout())
 	if m == nil {
 		t.Fatalf("stdout %q names no gRPC address", p.Stdout())
