@@ -118,7 +118,9 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	var grpcOpts []grpc.ServerOption
+	// Stop, past the shutdown timeout, still waits for the handlers it
+	// cancels, so none of them outlives the store.
+	grpcOpts := []grpc.ServerOption{grpc.WaitForHandlers(true)}
 	if opts.MaxConnAge > 0 {
 		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: opts.MaxConnAge, MaxConnectionAgeGrace: opts.ShutdownTimeout}))
 	}
