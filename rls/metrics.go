@@ -21,7 +21,7 @@ type metrics struct {
 	totalHits, overLimit, nearLimit, shadowMode *prometheus.CounterVec
 	requests                                    *prometheus.CounterVec
 	latency                                     prometheus.Histogram
-	storeErrors                                 prometheus.Counter
+	storeErrors, globalShadowMode               prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,8 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.00005, .0001, .00025, .0005, .00075, .001, .0015, .002, .003, .004, .005, .0075, .01, .025, .05, .1, .25, .5, 1}}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rls", Name: "store_errors_total",
 			Help: "Store calls that failed; the request then passed or, under a fail_mode closed limit, got OVER_LIMIT."}),
+		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rls", Name: "global_shadow_mode_total",
+			Help: "Requests answered OK under --shadow-mode that would have been OVER_LIMIT."}),
 	}
-	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.shadowMode, m.requests, m.latency, m.storeErrors} {
+	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.shadowMode, m.requests, m.latency, m.storeErrors, m.globalShadowMode} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: register metrics: %w", err)
 		}
@@ -75,6 +77,12 @@ func (m *metrics) over(domain, desc string, n int64, shadow bool) {
 func (m *metrics) near(domain, desc string, n int64) {
 	if m != nil {
 		m.nearLimit.WithLabelValues(domain, desc).Add(float64(n))
+	}
+}
+
+func (m *metrics) globalShadow() {
+	if m != nil {
+		m.globalShadowMode.Inc()
 	}
 }
 

@@ -60,6 +60,11 @@ type Config struct {
 	// NearLimitRatio is the share of a limit past which a hit counts as
 	// near the limit. Zero means 0.8, as in envoyproxy/ratelimit.
 	NearLimitRatio float64
+	// ShadowMode answers OK to every request that is not malformed, as
+	// envoyproxy/ratelimit's global SHADOW_MODE does: descriptors are
+	// checked and taken as usual, and each overridden OVER_LIMIT is
+	// counted (sluice_rls_global_shadow_mode_total).
+	ShadowMode bool
 }
 
 // Service answers envoy.service.ratelimit.v3.RateLimitService requests from
@@ -76,6 +81,7 @@ type Service struct {
 	maxEntries int
 	maxBytes   int
 	nearRatio  float64
+	shadowAll  bool
 	storeLog   rate.Sometimes // thins out store failure logs
 	ignoreLog  rate.Sometimes // thins out ignored-field logs
 }
@@ -98,7 +104,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, timeout: cfg.Timeout,
 		maxDescs: orInt(cfg.MaxDescriptors, 64), maxEntries: orInt(cfg.MaxEntries, maxDepth),
-		maxBytes: orInt(cfg.MaxEntryBytes, 1024), nearRatio: cfg.NearLimitRatio,
+		maxBytes: orInt(cfg.MaxEntryBytes, 1024), nearRatio: cfg.NearLimitRatio, shadowAll: cfg.ShadowMode,
 		storeLog: rate.Sometimes{Interval: time.Second}, ignoreLog: rate.Sometimes{Interval: time.Second},
 	}
 	if s.nearRatio == 0 {
@@ -299,6 +305,14 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 	if failed >= 0 && enforced.d.RetryAfter > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: "Retry-After", Value: fmt.Sprint(max(ceilSeconds(enforced.d.RetryAfter), 1))})
+	}
+	if s.shadowAll && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		s.metrics.globalShadow()
+		resp.OverallCode, resp.RawBody = rlsv3.RateLimitResponse_OK, nil
+		for _, st := range resp.Statuses {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+		resp.ResponseHeadersToAdd = slices.DeleteFunc(resp.ResponseHeadersToAdd, func(h *corev3.HeaderValue) bool { return h.GetKey() == "Retry-After" })
 	}
 	return resp, nil
 }

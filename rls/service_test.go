@@ -11,12 +11,15 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/rls"
 )
 
 // step is one request of a scenario and the codes it must get, as answer
@@ -311,5 +314,31 @@ descriptors:
 		if got := s.counter(t, "sluice_rls_total_hits_total", "m", name); got != 2 {
 			t.Errorf("total_hits of %q: got %v, want 2", name, got)
 		}
+	}
+}
+
+func TestGlobalShadowModeAnswersOK(t *testing.T) {
+	rules, _, err := rls.ParseRules("test.yaml", []byte("domain: g\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 1}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	svc, err := rls.New(rls.Config{Store: memstore.New(memstore.Config{}), Rules: rules, ShadowMode: true, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "g", Descriptors: ds(desc("k", "v"))}
+	for i := range 3 {
+		resp, err := svc.ShouldRateLimit(context.Background(), req)
+		if err != nil || answer(resp) != "OK: OK" {
+			t.Fatalf("request %d: got %v, %v; want OK: OK", i, answer(resp), err)
+		}
+	}
+	const want = `# HELP sluice_rls_global_shadow_mode_total Requests answered OK under --shadow-mode that would have been OVER_LIMIT.
+# TYPE sluice_rls_global_shadow_mode_total counter
+sluice_rls_global_shadow_mode_total 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_rls_global_shadow_mode_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -32,6 +32,7 @@ type rlsOptions struct {
 	Redis           []string
 	Reflection      bool
 	MaxConnAge      time.Duration // 0: connections live as long as the client keeps them
+	ShadowMode      bool
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
 	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
@@ -64,6 +65,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 		return nil
 	})
 	fs.BoolVar(&opts.Reflection, "grpc-reflection", false, "serve gRPC server reflection, for grpcurl and the like")
+	fs.BoolVar(&opts.ShadowMode, "shadow-mode", false, "answer OK to every request, counting those that would have been OVER_LIMIT (envoyproxy/ratelimit's SHADOW_MODE)")
 	fs.DurationVar(&opts.MaxConnAge, "max-connection-age", 0, "close each gRPC connection (with GOAWAY, calls in flight finishing) after about this long, so Envoy reconnects and spreads over new instances; 0 for never")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let calls in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
@@ -109,7 +111,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// Closed last, once every call in flight has its answer.
 	defer store.Close()
-	svc, err := rls.New(rls.Config{Store: store, Rules: watcher, Logger: logger, Registerer: reg})
+	svc, err := rls.New(rls.Config{Store: store, Rules: watcher, Logger: logger, Registerer: reg, ShadowMode: opts.ShadowMode})
 	if err != nil {
 		return err
 	}
