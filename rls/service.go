@@ -96,10 +96,15 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("rls: Config.Rules is nil")
 	}
-	if cfg.Timeout < 0 || cfg.MaxDescriptors < 0 || cfg.MaxEntries < 0 || cfg.MaxEntries > maxDepth || cfg.MaxEntryBytes < 0 ||
-		cfg.NearLimitRatio < 0 || cfg.NearLimitRatio >= 1 {
-		return nil, fmt.Errorf("rls: Config out of range: Timeout %v, MaxDescriptors %d, MaxEntries %d (at most %d), MaxEntryBytes %d, NearLimitRatio %v (below 1)",
-			cfg.Timeout, cfg.MaxDescriptors, cfg.MaxEntries, maxDepth, cfg.MaxEntryBytes, cfg.NearLimitRatio)
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("rls: Config.Timeout %v is negative", cfg.Timeout)
+	case cfg.MaxDescriptors < 0 || cfg.MaxEntryBytes < 0:
+		return nil, fmt.Errorf("rls: Config.MaxDescriptors %d or MaxEntryBytes %d is negative", cfg.MaxDescriptors, cfg.MaxEntryBytes)
+	case cfg.MaxEntries < 0 || cfg.MaxEntries > maxDepth:
+		return nil, fmt.Errorf("rls: Config.MaxEntries %d: want 0 to %d", cfg.MaxEntries, maxDepth)
+	case cfg.NearLimitRatio < 0 || cfg.NearLimitRatio >= 1:
+		return nil, fmt.Errorf("rls: near-limit ratio %v: want at least 0 and below 1", cfg.NearLimitRatio)
 	}
 	s := &Service{
 		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, timeout: cfg.Timeout,

@@ -33,6 +33,7 @@ type rlsOptions struct {
 	Reflection      bool
 	MaxConnAge      time.Duration // 0: connections live as long as the client keeps them
 	ShadowMode      bool
+	NearLimitRatio  float64
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
 	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
@@ -66,6 +67,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	})
 	fs.BoolVar(&opts.Reflection, "grpc-reflection", false, "serve gRPC server reflection, for grpcurl and the like")
 	fs.BoolVar(&opts.ShadowMode, "shadow-mode", false, "answer OK to every request, counting those that would have been OVER_LIMIT (envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.Float64Var(&opts.NearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which hits count as near the limit (sluice_rls_near_limit_total), above 0 and below 1")
 	fs.DurationVar(&opts.MaxConnAge, "max-connection-age", 0, "close each gRPC connection (with GOAWAY, calls in flight finishing) after about this long, so Envoy reconnects and spreads over new instances; 0 for never")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let calls in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
@@ -111,7 +113,8 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// Closed last, once every call in flight has its answer.
 	defer store.Close()
-	svc, err := rls.New(rls.Config{Store: store, Rules: watcher, Logger: logger, Registerer: reg, ShadowMode: opts.ShadowMode})
+	svc, err := rls.New(rls.Config{Store: store, Rules: watcher, Logger: logger, Registerer: reg,
+		ShadowMode: opts.ShadowMode, NearLimitRatio: opts.NearLimitRatio})
 	if err != nil {
 		return err
 	}
