@@ -326,13 +326,12 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 // unless a limit fails closed; it returns that limit's index, or -1.
 func (s *Service) storeFailed(domain string, c *call) int {
 	s.metrics.storeError()
-	for i := range c.req.Limits {
-		if c.req.Limits[i].FailClosed {
-			s.storeLog.Do(func() {
-				s.log.Warn("rls: store failed; refusing under a fail-closed limit", "domain", domain, "limit", c.req.Limits[i].Name, "error", c.err)
-			})
-			return i
-		}
+	i := c.req.FailClosed()
+	if i >= 0 {
+		s.storeLog.Do(func() {
+			s.log.Warn("rls: store failed; refusing under a fail-closed limit", "domain", domain, "limit", c.req.Limits[i].Name, "error", c.err)
+		})
+		return i
 	}
 	s.storeLog.Do(func() { s.log.Warn("rls: store failed; letting the request through", "domain", domain, "error", c.err) })
 	return -1
