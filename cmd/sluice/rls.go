@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/pipeline"
+	"github.com/sluice-rl/sluice/rls"
+)
+
+// rlsOptions are the flags of sluice rls.
+type rlsOptions struct {
+	Listen          string // gRPC
+	HTTPListen      string // JSON endpoint, /metrics, /healthz; empty: none
+	Config          string
+	ReloadEvery     time.Duration
+	Redis           []string
+	Reflection      bool
+	MaxConnAge      time.Duration // 0: connections live as long as the client keeps them
+	ShadowMode      bool
+	NearLimitRatio  float64
+	ShutdownTimeout time.Duration
+	LogLevel        slog.Level
+	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
+}
+
+// defaultRLSListen is the port envoyproxy/ratelimit serves gRPC on.
+const defaultRLSListen = "127.0.0.1:8081"
+
+func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
+	opts := rlsOptions{Listen: defaultRLSListen, ReloadEvery: time.Second, ShutdownTimeout: defaultShutdownTimeout}
+	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice rls --config DIR|FILE [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Serves Envoy's rate limit service (envoy.service.ratelimit.v3) from")
+		fmt.Fprintln(stderr, "envoyproxy/ratelimit's YAML configuration. See docs/envoy.md.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve gRPC on: the rate limit service and gRPC health checking")
+	fs.StringVar(&opts.HTTPListen, "http-listen", "", "`address` to serve the JSON endpoint (POST /json), /metrics and /healthz on; empty serves none")
+	fs.StringVar(&opts.Config, "config", "", "envoyproxy/ratelimit configuration: a YAML `file`, or a directory of them (one domain each)")
+	fs.DurationVar(&opts.ReloadEvery, "reload-every", opts.ReloadEvery, "how often to look for configuration changes")
+	fs.Func("redis", "Redis `address`es, comma-separated: one standalone server, or seeds of a Redis Cluster; empty keeps counts in process", func(s string) error {
+		opts.Redis = strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+		if len(opts.Redis) == 0 {
+			return fmt.Errorf("no address in %q", s)
+		}
+		return nil
+	})
+	fs.BoolVar(&opts.Reflection, "grpc-reflection", false, "serve gRPC server reflection, for grpcurl and the like")
+	fs.BoolVar(&opts.ShadowMode, "shadow-mode", false, "answer OK to every request, counting those that would have been OVER_LIMIT (envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.Float64Var(&opts.NearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which hits count as near the limit (sluice_rls_near_limit_total), above 0 and below 1")
+	fs.DurationVar(&opts.MaxConnAge, "max-connection-age", 0, "close each gRPC connection (with GOAWAY, calls in flight finishing) after about this long, so Envoy reconnects and spreads over new instances; 0 for never")
+	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let calls in flight finish after SIGTERM or SIGINT")
+	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	addPipelineFlags(fs, &opts.Pipeline)
+	if err := parseFlags(fs, args); err != nil {
+		return opts, err
+	}
+	if opts.Config == "" {
+		err := errors.New("--config is required")
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+		return opts, usageError{err}
+	}
+	return opts, nil
+}
+
+// runRLS serves the rate limit service until ctx is done, then shuts it
+// down: health checks answer NOT_SERVING, calls in flight finish, and only
+// then the store closes.
+func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	opts, err := parseRLSFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
+	watcher, err := rls.Watch(opts.Config, logger)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	// The gateway's decision stack: leases over the guard over Redis, or
+	// the process's memory.
+	pcfg := opts.Pipeline
+	pcfg.Redis.Addrs, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
+	store, err := pipeline.New(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("--redis: %w", err)
+	}
+	// Closed last, once every call in flight has its answer.
+	defer store.Close()
+	svc, err := rls.New(rls.Config{Store: store, Rules: watcher, Logger: logger, Registerer: reg,
+		ShadowMode: opts.ShadowMode, NearLimitRatio: opts.NearLimitRatio})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	// Stop, past the shutdown timeout, still waits for the handlers it
+	// cancels, so none of them outlives the store.
+	grpcOpts := []grpc.ServerOption{grpc.WaitForHandlers(true)}
+	if opts.MaxConnAge > 0 {
+		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: opts.MaxConnAge, MaxConnectionAgeGrace: opts.ShutdownTimeout}))
+	}
+	grpcServer, health := rls.NewGRPCServer(svc, opts.Reflection, grpcOpts...)
+	var httpServer *http.Server
+	var hln net.Listener
+	if opts.HTTPListen != "" {
+		if hln, err = net.Listen("tcp", opts.HTTPListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("--http-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/json", svc)
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+		httpServer = gateway.NewServer(mux, logger)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	go func() { watcher.Run(ctx, opts.ReloadEvery); errc <- nil }()
+	go func() {
+		err := grpcServer.Serve(ln)
+		cancel()
+		errc <- err
+	}()
+	fmt.Fprintf(stdout, "sluice rls: gRPC listening on grpc://%s\n", ln.Addr())
+	if httpServer != nil {
+		go func() {
+			err := gateway.Serve(ctx, httpServer, hln, opts.ShutdownTimeout)
+			cancel()
+			errc <- err
+		}()
+		fmt.Fprintf(stdout, "sluice rls: JSON endpoint, /metrics and /healthz listening on http://%s\n", hln.Addr())
+	}
+	httpAddr := ""
+	if hln != nil {
+		httpAddr = hln.Addr().String()
+	}
+	logger.Info("rls listening", "grpc", ln.Addr().String(), "http", httpAddr, "redis_addrs", len(opts.Redis), "domains", watcher.Current().Domains())
+
+	<-ctx.Done()
+	health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { grpcServer.GracefulStop(); close(stopped) }()
+	t := time.NewTimer(opts.ShutdownTimeout)
+	select {
+	case <-stopped:
+	case <-t.C:
+		grpcServer.Stop()
+		<-stopped
+	}
+	t.Stop()
+	n := 2
+	if httpServer != nil {
+		n++
+	}
+	var first error
+	for range n {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	logger.Info("rls stopped")
+	return first
+}

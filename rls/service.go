@@ -1,0 +1,480 @@
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// RuleSource hands out the rules in force. Current is called once per
+// request and must be cheap and safe for concurrent use; nil means no
+// configuration yet, and every descriptor is then answered OK. A *Rules
+// and a *Watcher are RuleSources.
+type RuleSource interface {
+	Current() *Rules
+}
+
+// Config configures a Service. Store and Rules are required; a zero value
+// of any other field means its default.
+type Config struct {
+	// Store keeps the counters: the same stack the gateway runs on
+	// (pipeline.New in production; memstore or redisstore alone in tests).
+	// All limited descriptors of one request are taken in one Take call.
+	Store limit.Store
+	// Rules supplies the domains for each request.
+	Rules RuleSource
+	// Logger receives store failures and ignored request fields, at most
+	// once a second each. Nil discards.
+	Logger *slog.Logger
+	// Registerer receives the metrics (see metrics.go). Nil registers none.
+	Registerer prometheus.Registerer
+	// Timeout bounds each store call. Zero means none beyond the caller's
+	// deadline: a guarded store bounds its Redis calls itself.
+	Timeout time.Duration
+	// MaxDescriptors is the most descriptors one request may carry. Zero
+	// means 64.
+	MaxDescriptors int
+	// MaxEntries is the most entries one descriptor may carry, at most 16.
+	// Zero means 16.
+	MaxEntries int
+	// MaxEntryBytes bounds each entry's key and value. Zero means 1024.
+	MaxEntryBytes int
+	// NearLimitRatio is the share of a limit past which a hit counts as
+	// near the limit. Zero means 0.8, as in envoyproxy/ratelimit.
+	NearLimitRatio float64
+	// ShadowMode answers OK to every request that is not malformed, as
+	// envoyproxy/ratelimit's global SHADOW_MODE does: descriptors are
+	// checked and taken as usual, and each overridden OVER_LIMIT is
+	// counted (sluice_rls_global_shadow_mode_total).
+	ShadowMode bool
+}
+
+// Service answers envoy.service.ratelimit.v3.RateLimitService requests from
+// a RuleSource and a limit.Store. It is safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	store      limit.Store
+	rules      RuleSource
+	log        *slog.Logger
+	metrics    *metrics
+	timeout    time.Duration
+	maxDescs   int
+	maxEntries int
+	maxBytes   int
+	nearRatio  float64
+	shadowAll  bool
+	storeLog   rate.Sometimes // thins out store failure logs
+	ignoreLog  rate.Sometimes // thins out ignored-field logs
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// New returns a Service for cfg.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("rls: Config.Store is nil")
+	}
+	if cfg.Rules == nil {
+		return nil, errors.New("rls: Config.Rules is nil")
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("rls: Config.Timeout %v is negative", cfg.Timeout)
+	case cfg.MaxDescriptors < 0 || cfg.MaxEntryBytes < 0:
+		return nil, fmt.Errorf("rls: Config.MaxDescriptors %d or MaxEntryBytes %d is negative", cfg.MaxDescriptors, cfg.MaxEntryBytes)
+	case cfg.MaxEntries < 0 || cfg.MaxEntries > maxDepth:
+		return nil, fmt.Errorf("rls: Config.MaxEntries %d: want 0 to %d", cfg.MaxEntries, maxDepth)
+	case cfg.NearLimitRatio < 0 || cfg.NearLimitRatio >= 1:
+		return nil, fmt.Errorf("rls: near-limit ratio %v: want at least 0 and below 1", cfg.NearLimitRatio)
+	}
+	s := &Service{
+		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, timeout: cfg.Timeout,
+		maxDescs: orInt(cfg.MaxDescriptors, 64), maxEntries: orInt(cfg.MaxEntries, maxDepth),
+		maxBytes: orInt(cfg.MaxEntryBytes, 1024), nearRatio: cfg.NearLimitRatio, shadowAll: cfg.ShadowMode,
+		storeLog: rate.Sometimes{Interval: time.Second}, ignoreLog: rate.Sometimes{Interval: time.Second},
+	}
+	if s.nearRatio == 0 {
+		s.nearRatio = 0.8
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	return s, nil
+}
+
+func orInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// keyPrefix starts every store key of the service: "rls:" and the domain.
+// Gateway keys start "k:" or "ip:", so the two never share a bucket.
+const keyPrefix = "rls:"
+
+// ShouldRateLimit implements RateLimitServiceServer. A malformed request
+// gets INVALID_ARGUMENT, and one the store shed because this process is
+// too busy (limit.FromShed) UNAVAILABLE; every other request an answer,
+// with OVER_LIMIT only from a limit or a fail-closed limit the store
+// cannot check.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	var src limit.Source
+	resp, err := s.check(ctx, req, &src)
+	s.metrics.observe(time.Since(start), resp, err, src)
+	return resp, err
+}
+
+// item is one descriptor of a request.
+type item struct {
+	n      *node // nil: no limit applies (none matched, replaced, negative hits)
+	metric string
+	cost   int64
+	call   *call // the store call its limit is in; nil when none
+	index  int   // its limit's index in call.req.Limits
+}
+
+// call is one store call: the enforced descriptors, or the shadow ones.
+type call struct {
+	req limit.Request
+	d   limit.Decision
+	err error
+}
+
+// add puts the limit of it, for entries, in c, once per counter.
+func (c *call) add(it *item, entries []*ratelimitv3.RateLimitDescriptor_Entry) {
+	name := counterName(entries)
+	it.call = c
+	for i := range c.req.Limits {
+		if c.req.Limits[i].Name == name {
+			it.index = i
+			return
+		}
+	}
+	l := it.n.rule.limit
+	l.Name = name
+	it.index = len(c.req.Limits)
+	c.req.Limits = append(c.req.Limits, l)
+}
+
+func (c *call) take(ctx context.Context, s *Service) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	c.d, c.err = s.store.Take(ctx, &c.req)
+	if c.err == nil && (c.d.Index < 0 || c.d.Index >= len(c.req.Limits)) {
+		c.err = fmt.Errorf("store answered for limit %d of %d", c.d.Index, len(c.req.Limits))
+	}
+}
+
+// check answers one request, and sets *src to where the store's answer for
+// its enforced descriptors came from (empty when it asked none).
+func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *limit.Source) (*rlsv3.RateLimitResponse, error) {
+	if err := s.validate(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	descs := req.GetDescriptors()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	rules := s.rules.Current()
+	if rules == nil {
+		for i := range resp.Statuses {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		return resp, nil
+	}
+	domain := req.GetDomain()
+	items := make([]item, len(descs))
+	var replaced []string
+	for i, d := range descs {
+		if d.GetIsNegativeHits() {
+			s.ignoreLog.Do(func() {
+				s.log.Warn("rls: ignoring a descriptor with is_negative_hits: sluice does not give tokens back", "domain", domain)
+			})
+			continue
+		}
+		if d.GetLimit() != nil {
+			s.ignoreLog.Do(func() {
+				s.log.Warn("rls: ignoring a descriptor's limit override: sluice limits by its configuration", "domain", domain)
+			})
+		}
+		items[i].n, items[i].metric = rules.match(domain, d.GetEntries())
+		if n := items[i].n; n != nil {
+			replaced = append(replaced, n.rule.replaces...)
+		}
+	}
+
+	enforced := &call{req: limit.Request{Key: keyPrefix + domain}}
+	shadow := &call{req: limit.Request{Key: keyPrefix + domain}}
+	blocked := false // an enforced descriptor has requests_per_unit 0
+	for i := range items {
+		it := &items[i]
+		if it.n == nil {
+			continue
+		}
+		r := it.n.rule
+		if r.name != "" && slices.Contains(replaced, r.name) {
+			it.n = nil // replaced: neither evaluated nor changed
+			continue
+		}
+		it.cost = s.cost(req, descs[i])
+		if r.unlimited || r.blocked {
+			blocked = blocked || r.blocked && !it.n.shadow
+			continue
+		}
+		c := enforced
+		if it.n.shadow {
+			c = shadow
+		}
+		if len(c.req.Limits) > 0 && c.req.Cost != it.cost {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"descriptor %d and another one ask for different hits_addend (%d and %d); sluice takes every descriptor of a request at one cost", i, it.cost, c.req.Cost)
+		}
+		c.req.Cost = it.cost
+		c.add(it, descs[i].GetEntries())
+	}
+
+	// A request refused by a blocked descriptor takes from no other one.
+	if blocked {
+		enforced.req.Limits = nil
+		for i := range items {
+			if items[i].call == enforced {
+				items[i].call = nil
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	if len(shadow.req.Limits) > 0 {
+		wg.Go(func() { shadow.take(ctx, s) })
+	}
+	if len(enforced.req.Limits) > 0 {
+		enforced.take(ctx, s)
+		*src = enforced.d.Source
+	}
+	wg.Wait()
+
+	if enforced.err != nil && enforced.d.Source == limit.FromShed {
+		// Guessing locally would be a silent switch to local limits; Envoy's
+		// failure_mode_deny decides what an unavailable service means.
+		s.metrics.storeError()
+		return nil, status.Errorf(codes.Unavailable, "sluice is too busy to check this request in time: %v", enforced.err)
+	}
+	failed := -1 // the enforced limit that fails closed while the store failed
+	if enforced.err != nil {
+		failed = s.storeFailed(domain, enforced)
+	}
+	if shadow.err != nil {
+		s.storeLog.Do(func() { s.log.Warn("rls: store failed on shadow descriptors", "domain", domain, "error", shadow.err) })
+	}
+	for i := range items {
+		resp.Statuses[i] = s.status(domain, &items[i], failed)
+		if resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if enforced.err == nil && len(enforced.req.Limits) > 0 {
+		d := &enforced.d
+		l := &enforced.req.Limits[d.Index]
+		resp.ResponseHeadersToAdd = rateHeaders(l, d)
+		if !d.Allowed && d.RetryAfter == limit.Never {
+			resp.RawBody = fmt.Appendf(nil, "this request costs %d hits, more than the %d that descriptor limit %q ever holds; it cannot pass\n",
+				enforced.req.EffectiveCost(), l.EffectiveBurst(), l.Name)
+		}
+	}
+	if failed >= 0 && enforced.d.RetryAfter > 0 {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "Retry-After", Value: fmt.Sprint(max(ceilSeconds(enforced.d.RetryAfter), 1))})
+	}
+	if s.shadowAll && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		s.metrics.globalShadow()
+		resp.OverallCode, resp.RawBody = rlsv3.RateLimitResponse_OK, nil
+		for _, st := range resp.Statuses {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+		resp.ResponseHeadersToAdd = slices.DeleteFunc(resp.ResponseHeadersToAdd, func(h *corev3.HeaderValue) bool { return h.GetKey() == "Retry-After" })
+	}
+	return resp, nil
+}
+
+// storeFailed decides a request the store could not answer: it passes,
+// unless a limit fails closed; it returns that limit's index, or -1.
+func (s *Service) storeFailed(domain string, c *call) int {
+	s.metrics.storeError()
+	i := c.req.FailClosed()
+	if i >= 0 {
+		s.storeLog.Do(func() {
+			s.log.Warn("rls: store failed; refusing under a fail-closed limit", "domain", domain, "limit", c.req.Limits[i].Name, "error", c.err)
+		})
+		return i
+	}
+	s.storeLog.Do(func() { s.log.Warn("rls: store failed; letting the request through", "domain", domain, "error", c.err) })
+	return -1
+}
+
+// status is the DescriptorStatus of one item. The limit that decided its
+// store call is described exactly; another limit of the same call reports
+// the decided limit's remaining when the call was allowed (the decided
+// limit has the fewest left, so it is a lower bound), since a store
+// answers for one limit per call.
+// It also counts the item in the metrics.
+func (s *Service) status(domain string, it *item, failed int) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if it.n == nil {
+		return st
+	}
+	r := it.n.rule
+	st.CurrentLimit = r.current
+	s.metrics.hit(domain, it.metric, it.cost)
+	switch {
+	case r.unlimited:
+		st.LimitRemaining = math.MaxUint32
+		return st
+	case r.blocked:
+		s.metrics.over(domain, it.metric, it.cost, it.n.shadow)
+		if !it.n.shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		return st
+	case it.call == nil:
+		return st
+	}
+	c := it.call
+	cost := it.cost
+	if c.err != nil {
+		if !it.n.shadow && it.index == failed {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			s.metrics.over(domain, it.metric, cost, false)
+		}
+		return st
+	}
+	d := &c.d
+	if it.index != d.Index {
+		if d.Allowed {
+			st.LimitRemaining = clampU32(d.Remaining)
+		}
+		return st
+	}
+	st.LimitRemaining = clampU32(d.Remaining)
+	st.DurationUntilReset = durationpb.New(d.ResetAfter)
+	if !d.Allowed {
+		s.metrics.over(domain, it.metric, cost, it.n.shadow)
+		if !it.n.shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		return st
+	}
+	l := &c.req.Limits[d.Index]
+	if q, _ := quota(l); float64(d.Remaining) < float64(q)*(1-s.nearRatio) {
+		s.metrics.near(domain, it.metric, cost)
+	}
+	return st
+}
+
+// cost is a descriptor's hits: its own hits_addend when set, else the
+// request's; zero counts as one, since sluice has no check-only call.
+func (s *Service) cost(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+	n := uint64(req.GetHitsAddend())
+	if h := d.GetHitsAddend(); h != nil {
+		n = h.GetValue()
+	}
+	// Far above any burst Validate accepts, so still refused as Never.
+	return int64(max(min(n, 1<<53), 1))
+}
+
+// validate refuses a request the service cannot answer, naming why.
+func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
+	domain := req.GetDomain()
+	switch descs := req.GetDescriptors(); {
+	case domain == "":
+		return errors.New("domain is empty")
+	case len(domain) > 255:
+		return fmt.Errorf("domain is %d bytes, more than 255", len(domain))
+	case len(descs) == 0:
+		return errors.New("request has no descriptors")
+	case len(descs) > s.maxDescs:
+		return fmt.Errorf("request has %d descriptors, more than %d", len(descs), s.maxDescs)
+	}
+	for i, d := range req.GetDescriptors() {
+		es := d.GetEntries()
+		if len(es) == 0 {
+			return fmt.Errorf("descriptor %d has no entries", i)
+		}
+		if len(es) > s.maxEntries {
+			return fmt.Errorf("descriptor %d has %d entries, more than %d", i, len(es), s.maxEntries)
+		}
+		for j, e := range es {
+			switch {
+			case e.GetKey() == "":
+				return fmt.Errorf("descriptor %d entry %d has an empty key", i, j)
+			case len(e.GetKey()) > s.maxBytes || len(e.GetValue()) > s.maxBytes:
+				return fmt.Errorf("descriptor %d entry %d: key or value longer than %d bytes", i, j, s.maxBytes)
+			}
+		}
+	}
+	return nil
+}
+
+// counterName is the limit name of a descriptor's counter: its entries as
+// key=value joined by '/', each byte outside [A-Za-z0-9._~-] written %XX,
+// so that distinct descriptors never share a name. Names longer than a
+// limit name may be (64 bytes) are '#' and the SHA-256 of that text,
+// which '%'-escaping never produces.
+func counterName(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	b := make([]byte, 0, 64)
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, '/')
+		}
+		b = escape(b, e.GetKey())
+		b = append(b, '=')
+		b = escape(b, e.GetValue())
+	}
+	if len(b) <= 64 {
+		return string(b)
+	}
+	sum := sha256.Sum256(b)
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+func escape(b []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-' {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', hex[c>>4], hex[c&15])
+	}
+	return b
+}
+
+func clampU32(n int64) uint32 {
+	return uint32(max(min(n, math.MaxUint32), 0))
+}
