@@ -39,10 +39,19 @@ type shard struct {
 }
 
 // entry is one key's states, one slot per limit it has been asked about.
+// A key with many limits (the rls service keeps a whole domain's
+// descriptors under one key) gets its expired slots dropped as it grows and
+// its slots indexed by name, so a take stays cheap however many it holds.
 type entry struct {
-	slots   []slot
-	expires int64 // Unix ms after which every slot is as good as empty
+	slots     []slot
+	expires   int64          // Unix ms after which every slot is as good as empty
+	byName    map[string]int // the latest slot of each name, once there are many; nil before
+	compactAt int            // drop expired slots once there are this many
 }
+
+// manySlots is how many slots a key holds before it is compacted and
+// indexed by name.
+const manySlots = 16
 
 // slot is one limit's state. A limit is the same one while its name,
 // algorithm, period and unit stay: the fields of limit.BucketID, which says
@@ -104,7 +113,10 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 	outs := buf[:0]
 	e := sh.keys[req.Key]
 	if e != nil && e.expires <= now {
-		e.slots = e.slots[:0]
+		e.slots, e.byName = e.slots[:0], nil
+	}
+	if e != nil && len(e.slots) >= max(e.compactAt, manySlots) {
+		e.compact(now)
 	}
 	var idxBuf [4]int
 	idx := idxBuf[:0]
@@ -133,6 +145,9 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 			if idx[i] < 0 {
 				l := &req.Limits[i]
 				e.slots = append(e.slots, slot{name: l.Name, alg: l.Alg(), period: l.Period, unit: l.Unit(), state: o.Next, expires: exp})
+				if e.byName != nil {
+					e.byName[l.Name] = len(e.slots) - 1
+				}
 			} else {
 				e.slots[idx[i]].state, e.slots[idx[i]].expires = o.Next, exp
 			}
@@ -149,12 +164,45 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 // find returns the index of l's slot, or -1.
 func (e *entry) find(l *limit.Limit) int {
 	alg, unit := l.Alg(), l.Unit()
+	if e.byName != nil {
+		i, ok := e.byName[l.Name]
+		if !ok {
+			return -1
+		}
+		if sl := &e.slots[i]; sl.alg == alg && sl.period == l.Period && sl.unit == unit {
+			return i
+		}
+		// A slot of the same name that counts differently: look for one
+		// that counts the same, as below.
+	}
 	for i := range e.slots {
 		if sl := &e.slots[i]; sl.name == l.Name && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
 			return i
 		}
 	}
 	return -1
+}
+
+// compact drops e's expired slots and, when many remain, indexes them by
+// name. The next compaction waits until the slots have doubled, so its cost
+// per take is constant.
+func (e *entry) compact(now int64) {
+	live := e.slots[:0]
+	for _, sl := range e.slots {
+		if sl.expires > now {
+			live = append(live, sl)
+		}
+	}
+	clear(e.slots[len(live):])
+	e.slots = live
+	e.byName = nil
+	if len(live) >= manySlots/2 {
+		e.byName = make(map[string]int, len(live))
+		for i := range live {
+			e.byName[live[i].name] = i
+		}
+	}
+	e.compactAt = 2 * max(len(live), manySlots/2)
 }
 
 // sweep drops keys whose every state has expired. It runs after about as
