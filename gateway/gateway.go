@@ -242,7 +242,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
-	setRateHeaders(w.Header(), lim, &d)
+	SetRateHeaders(w.Header(), lim, &d)
 	if d.Allowed {
 		l.metrics.decision(outcomeAllowed, lim.Name, src)
 		if src == limit.FromLocalFallback {

@@ -8,12 +8,12 @@ import (
 	"github.com/sluice-rl/sluice/limit"
 )
 
-// quota describes a limit the way the RateLimit-Policy field does: q units
+// Quota describes a limit the way the RateLimit-Policy field does: q units
 // per window of w seconds. A bucket's quota is its burst, and its window
 // the time an empty bucket takes to fill, so the remaining count never
 // exceeds the quota and the long-run rate is q/w. A window algorithm's
 // quota is its count per period.
-func quota(l *limit.Limit) (q, w int64) {
+func Quota(l *limit.Limit) (q, w int64) {
 	p := l.PeriodMillis()
 	switch l.Alg() {
 	case limit.TokenBucket, limit.GCRA:
@@ -44,13 +44,14 @@ func retryAfter(l *limit.Limit, d *limit.Decision) time.Duration {
 	return d.RetryAfter
 }
 
-// setRateHeaders writes the caller's budget under limit l into h: the
+// SetRateHeaders writes the caller's budget under limit l, the limit that
+// decided d, into h: the
 // draft's RateLimit-Policy and RateLimit structured fields and the common
 // X-RateLimit-* fields, and Retry-After when the request was refused. The
 // values share one string and one slice, so a response's headers cost two
 // allocations.
-func setRateHeaders(h http.Header, l *limit.Limit, d *limit.Decision) {
-	q, w := quota(l)
+func SetRateHeaders(h http.Header, l *limit.Limit, d *limit.Decision) {
+	q, w := Quota(l)
 	r := max(d.Remaining, 0)
 	t := ceilSeconds(d.ResetAfter)
 
@@ -98,7 +99,7 @@ func setRateHeaders(h http.Header, l *limit.Limit, d *limit.Decision) {
 	}
 }
 
-// rateHeaders are the fields setRateHeaders writes, which the proxy drops
+// rateHeaders are the fields SetRateHeaders writes, which the proxy drops
 // from upstream responses so a client sees only the gateway's account of
 // its budget.
 var rateHeaders = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}

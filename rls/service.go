@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -390,7 +391,7 @@ func (s *Service) status(domain string, it *item, failed int) *rlsv3.RateLimitRe
 		return st
 	}
 	l := &c.req.Limits[d.Index]
-	if q, _ := quota(l); float64(d.Remaining) < float64(q)*(1-s.nearRatio) {
+	if q, _ := gateway.Quota(l); float64(d.Remaining) < float64(q)*(1-s.nearRatio) {
 		s.metrics.near(domain, it.metric, cost)
 	}
 	return st
