@@ -51,6 +51,13 @@ func StartCluster(t testing.TB, primaries, replicasPerPrimary int) *Cluster {
 // NewCluster is StartCluster without a testing.TB, for TestMain. The caller
 // must call stop, which kills every node and removes their directories.
 func NewCluster(primaries, replicasPerPrimary int) (c *Cluster, stop func(), err error) {
+	return newCluster(primaries, replicasPerPrimary, func(dir string) (*Server, error) {
+		return startOnFreePort(dir, true, nil)
+	})
+}
+
+// newCluster is NewCluster with start starting each node in its directory.
+func newCluster(primaries, replicasPerPrimary int, start func(dir string) (*Server, error)) (c *Cluster, stop func(), err error) {
 	// Redis Cluster needs three primaries to elect a replica: a majority of
 	// primaries must vote.
 	if primaries < 3 {
@@ -72,17 +79,17 @@ func NewCluster(primaries, replicasPerPrimary int) (c *Cluster, stop func(), err
 			os.RemoveAll(dir)
 		})
 	}
-	if err := c.create(primaries, replicasPerPrimary); err != nil {
+	if err := c.create(primaries, replicasPerPrimary, start); err != nil {
 		stop()
 		return nil, nil, err
 	}
 	return c, stop, nil
 }
 
-func (c *Cluster) create(primaries, replicas int) error {
+func (c *Cluster) create(primaries, replicas int, start func(dir string) (*Server, error)) error {
 	n := primaries * (1 + replicas)
 	for i := range n {
-		s, err := startOnFreePort(filepath.Join(c.dir, "node"+strconv.Itoa(i)), true, nil)
+		s, err := start(filepath.Join(c.dir, "node"+strconv.Itoa(i)))
 		if err != nil {
 			return fmt.Errorf("cluster node %d: %w", i, err)
 		}
