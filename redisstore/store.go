@@ -16,6 +16,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +56,10 @@ type Config struct {
 	// Username and Password authenticate each connection (AUTH). Empty
 	// means none.
 	Username, Password string
+	// TLS, when set, makes every connection TLS with this configuration
+	// (TLSFiles.Config builds one from files). Nil means plaintext. Its
+	// ServerName, when empty, is each node's host as dialled.
+	TLS *tls.Config
 	// DialTimeout bounds opening one connection. Zero means 1s.
 	DialTimeout time.Duration
 	// ConnTimeout is how long a connection may wait for a reply before it
@@ -165,6 +170,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		InitAddress: cfg.Addrs,
 		Username:    cfg.Username,
 		Password:    cfg.Password,
+		TLSConfig:   cfg.TLS,
 		ClientName:  "sluice",
 		Dialer:      net.Dialer{Timeout: orDefault(cfg.DialTimeout, defaultDialTimeout)},
 		// Watch each connection's bytes, for Stalled.
