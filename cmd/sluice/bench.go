@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	redisAddrs := fs.String("redis", "", "Redis address or cluster seeds, comma-separated; empty: the in-process store")
+	redis := addRedisFlags(fs)
 	url := fs.String("url", "", "measure HTTP GETs of this URL (a gateway) instead of a store")
 	baseline := fs.String("baseline-url", "", "with --url: also measure this URL (the same upstream without the limiter, or a gateway counting in process)")
 	metricsURL := fs.String("metrics-url", "", "with --url: the gateway's /metrics, read before and after to report where its answers came from (the source label)")
@@ -38,6 +39,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	redisCfg, err := redis.Config(os.Getenv)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	cfg := bench.Config{Concurrency: *concurrency, Duration: *duration, MaxOps: *maxOps}
 	if *url != "" {
@@ -71,14 +76,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// The production stack, as the gateway builds it.
 	name := "in-process store"
-	if *redisAddrs != "" {
-		pcfg.Redis.Addrs = strings.Split(*redisAddrs, ",")
+	if len(redisCfg.Addrs) > 0 {
+		pcfg.Redis = redisCfg
+		addrs := strings.Join(redisCfg.Addrs, ",")
 		if pcfg.Gateways == 0 {
 			pcfg.Gateways = 1 // one process: say so, rather than warn
 		}
-		name = "redis " + *redisAddrs + " (leases, guard, store"
+		name = "redis " + addrs + " (leases, guard, store"
 		if pcfg.NoLeases {
-			name = "redis " + *redisAddrs + " (guard, store"
+			name = "redis " + addrs + " (guard, store"
 		}
 		name += ")"
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/pipeline"
+	"github.com/sluice-rl/sluice/redisstore"
 )
 
 // gatewayOptions are the gateway's command-line flags.
@@ -34,7 +36,7 @@ type gatewayOptions struct {
 	RulesCache      string // where the last snapshot from RulesURL is kept
 	GatewayID       string // this gateway's name to the rules service; empty: $SLUICE_GATEWAY_ID, else host and PID
 	Region          string // this gateway's region, for the fleet count per region; empty: $SLUICE_REGION
-	Redis           []string
+	Redis           redisstore.Config
 	MetricsListen   string
 	TrustedProxies  []netip.Prefix
 	UnknownKeys     bool // --unknown-keys-as-address
@@ -66,18 +68,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.StringVar(&opts.RulesCache, "rules-cache", "", "`file` keeping the last rules from --rules-url, for starts while the service is down")
 	fs.StringVar(&opts.GatewayID, "gateway-id", "", "`name` of this gateway to the rules service; empty means $"+envGatewayID+", else host name and process ID")
 	fs.StringVar(&opts.Region, "region", "", "`region` this gateway serves, for the rules service's fleet count; empty means $"+envRegion)
-	fs.Func("redis", "Redis `address`es, comma-separated: one standalone server, or seeds of a Redis Cluster; empty keeps counts in process", func(s string) error {
-		opts.Redis = nil
-		for a := range strings.SplitSeq(s, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				opts.Redis = append(opts.Redis, a)
-			}
-		}
-		if len(opts.Redis) == 0 {
-			return fmt.Errorf("no address in %q", s)
-		}
-		return nil
-	})
+	redis := addRedisFlags(fs)
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "`address` to serve /metrics and /healthz on; empty serves no metrics")
 	fs.Func("trusted-proxy", "`CIDR`s, comma-separated, of proxies whose X-Forwarded-For is believed", func(s string) error {
 		opts.TrustedProxies = nil
@@ -103,7 +94,11 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	addPipelineFlags(fs, &opts.Pipeline)
-	err := parseFlags(fs, args)
+	if err := parseFlags(fs, args); err != nil {
+		return opts, err
+	}
+	var err error
+	opts.Redis, err = redis.Config(os.Getenv)
 	return opts, err
 }
 
@@ -113,7 +108,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 // whole store call only pre-empts that, and reads as a second, conflicting
 // Redis deadline.
 func checkStoreTimeout(opts gatewayOptions) error {
-	if len(opts.Redis) == 0 || opts.StoreTimeout == 0 {
+	if len(opts.Redis.Addrs) == 0 || opts.StoreTimeout == 0 {
 		return nil
 	}
 	rt := cmp.Or(opts.Pipeline.Timeout, pipeline.Defaults.Timeout)
@@ -169,7 +164,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var handlers inflight
 	storeInUse := false
 	pcfg := opts.Pipeline
-	pcfg.Redis.Addrs, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
+	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
 	pcfg.Fleet = fleetSize(src, opts.Region)
 	store, err := pipeline.New(ctx, pcfg)
 	if err != nil {
@@ -185,7 +180,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if rs.Cluster() {
 			mode = "cluster"
 		}
-		logger.LogAttrs(ctx, slog.LevelInfo, "counting in redis", slog.Any("addrs", opts.Redis), slog.String("mode", mode))
+		logger.LogAttrs(ctx, slog.LevelInfo, "counting in redis", slog.Any("addrs", opts.Redis.Addrs), slog.Bool("tls", opts.Redis.TLS != nil), slog.String("mode", mode))
 	} else {
 		logger.LogAttrs(ctx, slog.LevelInfo, "counting in process; pass --redis to share limits between gateways")
 	}
@@ -246,7 +241,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "sluice gateway: listening on http://%s (upstream: %s)\n", ln.Addr(), upstream)
 	logger.LogAttrs(ctx, slog.LevelInfo, "gateway listening", slog.String("addr", ln.Addr().String()),
-		slog.String("upstream", upstream), slog.Int("redis_addrs", len(opts.Redis)))
+		slog.String("upstream", upstream), slog.Int("redis_addrs", len(opts.Redis.Addrs)))
 
 	// Both servers stop when ctx is done or when either fails.
 	ctx, cancel := context.WithCancel(ctx)

@@ -97,7 +97,7 @@ func TestGatewayFlagDefaults(t *testing.T) {
 	if !opts.UnknownKeys {
 		t.Error("--unknown-keys-as-address not parsed")
 	}
-	if got := fmt.Sprint(opts.Redis, opts.TrustedProxies); got != "[a:1 b:2] [10.0.0.0/8 192.0.2.1/32]" {
+	if got := fmt.Sprint(opts.Redis.Addrs, opts.TrustedProxies); got != "[a:1 b:2] [10.0.0.0/8 192.0.2.1/32]" {
 		t.Errorf("--redis and --trusted-proxy parsed as %s, want [a:1 b:2] [10.0.0.0/8 192.0.2.1/32]", got)
 	}
 }
