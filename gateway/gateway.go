@@ -209,7 +209,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 		return newError(http.StatusBadRequest, err.Error(), nil)
 	}
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
-	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version}
+	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version, plan: l.metrics.plan(set, res.Plan)}
 
 	// Shadow limits live under their own keys, so they can be checked at
 	// the same time as the enforced ones without either seeing the other.
@@ -244,14 +244,14 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	lim := &res.Limits[d.Index]
 	SetRateHeaders(w.Header(), lim, &d)
 	if d.Allowed {
-		l.metrics.decision(outcomeAllowed, lim.Name, src)
+		l.metrics.decision(outcomeAllowed, lim.Name, src, cl.plan)
 		if src == limit.FromLocalFallback {
 			l.logDecision(cl, slog.LevelInfo, "rate limit decision",
 				logLine{outcome: outcomeAllowed, limit: lim, rule: ruleAt(res.Rules, d.Index), source: src})
 		}
 		return nil
 	}
-	l.metrics.decision(outcomeRefused, lim.Name, src)
+	l.metrics.decision(outcomeRefused, lim.Name, src, cl.plan)
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
 		rule: ruleAt(res.Rules, d.Index), source: src, wait: retryAfter(lim, &d)})
 	return refusal(lim, &d, req.EffectiveCost())
@@ -262,7 +262,8 @@ type call struct {
 	r        *http.Request
 	caller   caller
 	endpoint string
-	version  int64 // of the rule set the request was resolved against
+	version  int64  // of the rule set the request was resolved against
+	plan     string // the metrics' plan label
 }
 
 // take asks the store, under the configured timeout, and reports the call.
@@ -298,7 +299,7 @@ func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow boo
 // guessing would be a silent switch to local limits.
 func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request, d *limit.Decision, rs []*rules.Rule, src limit.Source, err error) error {
 	l.metrics.storeError()
-	l.metrics.decision(outcomeError, "", src)
+	l.metrics.decision(outcomeError, "", src, cl.plan)
 	if src == limit.FromShed {
 		l.logDecision(cl, slog.LevelWarn, "gateway overloaded; request shed",
 			logLine{outcome: outcomeError, source: src, err: err})
@@ -390,10 +391,10 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution) {
 	}
 	lim := &res.Shadow[d.Index]
 	if d.Allowed {
-		l.metrics.decision(outcomeShadowAllowed, lim.Name, src)
+		l.metrics.decision(outcomeShadowAllowed, lim.Name, src, cl.plan)
 		return
 	}
-	l.metrics.decision(outcomeShadowRefused, lim.Name, src)
+	l.metrics.decision(outcomeShadowRefused, lim.Name, src, cl.plan)
 	// Sampled like the decision log, on its own keys so that a shadow line
 	// and an enforced one of the same caller do not silence each other; the
 	// metric above counts every would-be refusal.

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // Outcomes counted by the decisions metric.
@@ -24,6 +26,22 @@ type metrics struct {
 	decisions   *prometheus.CounterVec
 	latency     prometheus.Histogram
 	storeErrors prometheus.Counter
+	plans       atomic.Pointer[planNames] // of the rule set last seen; see plan
+}
+
+// Values of the decisions metric's plan label besides the plans the rules
+// name. Keys come and go by the million and the key directory may name any
+// plan, so only plans that a rule limits get a series of their own: the
+// label's values are bounded by the rules, not by the traffic.
+const (
+	planNone  = "none"  // a request without a known API key
+	planOther = "other" // a key whose plan no rule names
+)
+
+// planNames are the plans a rule set's rules name.
+type planNames struct {
+	set   *rules.Set
+	names map[string]bool
 }
 
 // checkBuckets are fine-grained below 5 ms, where the promise of adding
@@ -40,8 +58,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "decisions_total",
-			Help: "Rate limit decisions by outcome (allowed, refused, shadow_allowed, shadow_refused, error), the limit that decided (the tightest one when allowed) and the source that answered (memory, redis, lease, refusal-cache, local-fallback, fail-closed, store).",
-		}, []string{"outcome", "limit", "source"}),
+			Help: "Rate limit decisions by outcome (allowed, refused, shadow_allowed, shadow_refused, error), the limit that decided (the tightest one when allowed), the source that answered (memory, redis, lease, refusal-cache, local-fallback, fail-closed, shed, store) and the caller's plan (a plan a rule names, other, or none for requests without a known key).",
+		}, []string{"outcome", "limit", "source", "plan"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "check_duration_seconds",
 			Help:    "Time the limiter adds to a request: identity, rule resolution and the store call.",
@@ -60,10 +78,36 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) decision(outcome, limitName string, src limit.Source) {
+func (m *metrics) decision(outcome, limitName string, src limit.Source, plan string) {
 	if m != nil {
-		m.decisions.WithLabelValues(outcome, limitName, string(src)).Inc()
+		m.decisions.WithLabelValues(outcome, limitName, string(src), plan).Inc()
 	}
+}
+
+// plan returns the plan label of a request resolved against set to plan
+// (empty for no known key): plan itself if a rule of set names it, else
+// planOther, or planNone. The names are gathered once per rule set.
+func (m *metrics) plan(set *rules.Set, plan string) string {
+	if m == nil {
+		return ""
+	}
+	if plan == "" {
+		return planNone
+	}
+	p := m.plans.Load()
+	if p == nil || p.set != set {
+		p = &planNames{set: set, names: map[string]bool{}}
+		for _, r := range set.Document().Rules {
+			if r.Match.Plan != "" {
+				p.names[r.Match.Plan] = true
+			}
+		}
+		m.plans.Store(p)
+	}
+	if p.names[plan] {
+		return plan
+	}
+	return planOther
 }
 
 func (m *metrics) storeError() {

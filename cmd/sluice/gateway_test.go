@@ -279,8 +279,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatalf("/metrics: status %d", resp.StatusCode)
 	}
 	for _, want := range []string{
-		fmt.Sprintf(`sluice_gateway_decisions_total{limit="s",outcome="allowed",source="memory"} %d`, allowed),
-		fmt.Sprintf(`sluice_gateway_decisions_total{limit="s",outcome="refused",source="memory"} %d`, refused),
+		fmt.Sprintf(`sluice_gateway_decisions_total{limit="s",outcome="allowed",plan="demo",source="memory"} %d`, allowed),
+		fmt.Sprintf(`sluice_gateway_decisions_total{limit="s",outcome="refused",plan="demo",source="memory"} %d`, refused),
 		"sluice_gateway_check_duration_seconds_bucket",
 		"sluice_gateway_store_errors_total 0",
 		"go_goroutines",
