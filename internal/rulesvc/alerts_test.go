@@ -15,7 +15,8 @@ import (
 
 // TestAlertsParseAndNameRealMetrics reads deploy/prometheus/alerts.yml as
 // Prometheus would (a rule file of groups) and checks that every metric
-// its expressions name is one the client or the service exports.
+// the expressions of its sluice-rules group name is one the client or the
+// service exports.
 func TestAlertsParseAndNameRealMetrics(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
@@ -62,6 +63,11 @@ func TestAlertsParseAndNameRealMetrics(t *testing.T) {
 				t.Errorf("group %s: rule %q needs alert, expr, a severity and a summary", g.Name, r.Alert)
 			}
 			alerts[r.Alert] = r.Expr
+			if g.Name != "sluice-rules" {
+				// The gateways' alerts: deploy/deploy_test.go checks them
+				// against a running gateway.
+				continue
+			}
 			for _, name := range metric.FindAllString(r.Expr, -1) {
 				if !known[name] {
 					t.Errorf("alert %s: metric %s is not exported", r.Alert, name)
