@@ -3,20 +3,16 @@ package rulesvc_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/sluice-rl/sluice/internal/pgtest"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 )
 
@@ -33,42 +29,11 @@ var testTokens = []rulesvc.Token{
 }
 
 // postgresDSN is the test database; a test fails, never skips, without it.
-func postgresDSN() string {
-	if dsn := os.Getenv("SLUICE_TEST_POSTGRES"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+func postgresDSN() string { return pgtest.DSN() }
 
 // newSchema returns the name of a fresh schema for one test, dropped when
 // the test ends. The service creates it.
-func newSchema(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "sluice_test_" + hex.EncodeToString(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, postgresDSN())
-	if err != nil {
-		t.Fatalf("PostgreSQL at %s is needed: %v", postgresDSN(), err)
-	}
-	conn.Close(ctx)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, postgresDSN())
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	return schema
-}
+func newSchema(t *testing.T) string { return pgtest.Schema(t, "sluice_test_") }
 
 // replica is one running service replica.
 type replica struct {
