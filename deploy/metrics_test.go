@@ -56,7 +56,7 @@ func TestMetricsNamedExist(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte(redis.passwords["sluice"]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gw := sluice.StartEnv(t, []string{"SLUICE_GATEWAY_TOKEN=" + gatewayToken, "SLUICE_GATEWAY_ID=gw-1"},
+	gw := sluice.StartEnv(t, []string{"SLUICE_GATEWAY_TOKEN=" + gatewayToken, "SLUICE_GATEWAY_ID=gw-1", "SLUICE_REGION=eu-west"},
 		"gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--rules-url", svc.URL, "--rules-cache", filepath.Join(dir, "rules-cache.json"),
 		"--redis", "rediss://sluice@"+redis.addr, "--redis-password-file", pwFile,
@@ -90,10 +90,17 @@ func TestMetricsNamedExist(t *testing.T) {
 		proctest.Do(t, "GET", gw.URL+"/", "X-API-Key", "unknown_"+string(rune('a'+i)))
 	}
 
+	// The service counts its fleet by region every --refresh.
+	waitFor(t, "the rules service to count the gateway", func() bool { return scrape(t, svc.URL+"/metrics")["sluice_rulesvc_gateways"] })
+
 	exported := map[string]bool{}
 	for _, url := range []string{gw.MetricsURL + "/metrics", svc.URL + "/metrics"} {
 		for name := range scrape(t, url) {
 			exported[name] = true
+			// A histogram's family name, as a description may name it.
+			if fam, ok := strings.CutSuffix(name, "_bucket"); ok {
+				exported[fam] = true
+			}
 		}
 	}
 	named := map[string][]string{} // metric: where it is named

@@ -71,6 +71,10 @@ func startExampleRedis(t *testing.T) *exampleRedis {
 	r.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	r.cmd = exec.Command("redis-server", filepath.Join(dir, "redis.conf"),
 		"--tls-port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(bus), "--bind", "127.0.0.1",
+		// A node that never met another announces no address of its own
+		// (CLUSTER SLOTS answers "" for "the host you asked"); nodes of a
+		// real cluster learn theirs from each other.
+		"--cluster-announce-ip", "127.0.0.1",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no")
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := r.cmd.Start(); err != nil {
