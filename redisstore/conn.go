@@ -41,6 +41,9 @@ func ParseAddrs(s string) (Config, error) {
 			continue
 		}
 		if !strings.Contains(a, "://") {
+			if strings.Contains(a, "@") {
+				return Config{}, fmt.Errorf("redis address %q: a user or password needs a redis:// or rediss:// URL (redis://user:password@host:port)", redact(a))
+			}
 			if _, _, err := net.SplitHostPort(a); err != nil {
 				return Config{}, fmt.Errorf("redis address %q: want host:port or a redis:// or rediss:// URL: %w", a, err)
 			}
@@ -118,27 +121,23 @@ func redact(s string) string {
 }
 
 func redactOne(a string) string {
-	start := strings.Index(a, "://")
-	if start < 0 {
-		return a
-	}
-	start += len("://")
-	// The userinfo ends at the last '@' before the path: a password may
-	// hold '@' itself when written unescaped.
-	rest := a[start:]
-	if slash := strings.IndexAny(rest, "/?#"); slash >= 0 {
-		rest = rest[:slash]
-	}
-	at := strings.LastIndexByte(rest, '@')
+	// The user info ends at the last '@': a password may hold '@' itself
+	// when written unescaped, and masking too much beats showing a secret.
+	at := strings.LastIndexByte(a, '@')
 	if at < 0 {
 		return a
 	}
-	userinfo := rest[:at]
-	colon := strings.IndexByte(userinfo, ':')
+	start := strings.Index(a, "://")
+	if start < 0 || start+len("://") > at {
+		// Not a URL: whatever precedes the '@' may be a password.
+		return "xxxxx" + a[at:]
+	}
+	start += len("://")
+	colon := strings.IndexByte(a[start:at], ':')
 	if colon < 0 {
 		return a // a user name alone, no secret
 	}
-	return a[:start] + userinfo[:colon+1] + "xxxxx" + a[start+at:]
+	return a[:start+colon+1] + "xxxxx" + a[at:]
 }
 
 // TLSFiles names the files that set up TLS to Redis. Every field may be

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
@@ -75,6 +77,8 @@ func TestParseAddrsErrors(t *testing.T) {
 		{in: "redis://u:" + secret + "@h:1,redis://v:other@h:2", want: "other credentials"},
 		{in: "redis://u:" + secret + "@h:bad port", want: "not a URL"},
 		{in: "redis://u:" + secret + "@@h%zz:1", want: "not a URL"},
+		{in: "default:" + secret + "@h:1", want: "needs a redis:// or rediss:// URL"},
+		{in: "h:2, " + secret + "@h:1", want: "needs a redis:// or rediss:// URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -325,4 +329,53 @@ func ExampleParseAddrs() {
 	// Output:
 	// [10.0.0.1:6379 10.0.0.2:6379] sluice true
 	// redis address "redis://sluice:xxxxx@10.0.0.1:6379/5": database "5": sluice uses database 0, the only one Redis Cluster has
+}
+
+// FuzzParseAddrs checks that ParseAddrs never panics and never puts a URL's
+// password in its error, whatever surrounds it.
+func FuzzParseAddrs(f *testing.F) {
+	for _, s := range []string{"h:1", "redis://u:PW@h:1", "rediss://:PW@[::1]:6380/0", "redis://u:PW@h:1,rediss://h:2",
+		"redis://u:PW@h:x", "redis://u:PW@h%zz:1", "redis://u:PW@@h:1?db=2", "http://u:PW@h", " , ", "default:PW@h:1", "redis:x,u:PW@h"} {
+		f.Add(s, "s3cr3t-fuzz")
+	}
+	f.Fuzz(func(t *testing.T, s, pw string) {
+		// The password as a URL would carry it: escaped, so that it stays
+		// the password and does not end the user info.
+		// Only a password in the place of one: after a colon, before an
+		// '@', once.
+		if len(pw) < 6 || strings.ContainsAny(pw, "%:@/?#,[] ") || strings.Count(s, "PW") != 1 || !strings.Contains(s, ":PW@") ||
+			strings.Contains(s, pw) || !isPrintable(s) {
+			return
+		}
+		in := strings.ReplaceAll(s, "PW", pw)
+		cfg, err := redisstore.ParseAddrs(in)
+		if err != nil {
+			if strings.Contains(err.Error(), pw) {
+				t.Fatalf("ParseAddrs(%q) error %q shows the password", in, err)
+			}
+			return
+		}
+		if len(cfg.Addrs) == 0 {
+			t.Fatalf("ParseAddrs(%q) = no addresses and no error", in)
+		}
+	})
+}
+
+// Config names the file at fault.
+func ExampleTLSFiles_Config() {
+	_, err := redisstore.TLSFiles{CA: "/etc/sluice/tls/redis-ca.crt", Cert: "/etc/sluice/tls/redis-client.crt"}.Config()
+	fmt.Println(err)
+	// Output: redis TLS authority: open /etc/sluice/tls/redis-ca.crt: no such file or directory
+}
+
+// isPrintable reports whether s is printable UTF-8, which errors quote as
+// it is: the quoting of other bytes (\xf3...) could spell a password by
+// chance.
+func isPrintable(s string) bool {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
 }
