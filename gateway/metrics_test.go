@@ -2,9 +2,14 @@ package gateway_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // planRules limit plan pro by its own rule; keys on plan trial get only
@@ -62,5 +67,50 @@ func TestDecisionsByPlan(t *testing.T) {
 		if got := testutil.ToFloat64(counterFrom(t, g.reg, "sluice_gateway_decisions_total", labels)); got != tt.want {
 			t.Errorf("decisions%v = %v, want %v", labels, got, tt.want)
 		}
+	}
+}
+
+// BenchmarkCheckMetrics measures what the metrics add to a check, the plan
+// label's lookup included: the same check of a key on a plan a rule names,
+// without and with a Registerer, in one run.
+func BenchmarkCheckMetrics(b *testing.B) {
+	set, err := rules.Parse("plans.yaml", []byte(`
+keys:
+  key_bench: {plan: bench}
+rules:
+  - scope: plan
+    match: {plan: bench}
+    limits: [{name: s, rate: 1000000000, per: 1s}]
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, withMetrics := range []bool{false, true} {
+		name := "without"
+		var reg prometheus.Registerer
+		if withMetrics {
+			name = "with"
+		}
+		b.Run(name, func(b *testing.B) {
+			if withMetrics {
+				reg = prometheus.NewRegistry()
+			}
+			// A limit that never refuses, so that every check is an
+			// allowed decision on plan bench.
+			lim, err := gateway.New(gateway.Config{Rules: gateway.StaticRules(set), Registerer: reg})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header.Set("X-API-Key", "key_bench")
+			w := &reusedWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				if err := lim.Check(w, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
