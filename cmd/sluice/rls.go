@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/pipeline"
+	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rls"
 )
 
@@ -29,7 +30,7 @@ type rlsOptions struct {
 	HTTPListen      string // JSON endpoint, /metrics, /healthz; empty: none
 	Config          string
 	ReloadEvery     time.Duration
-	Redis           []string
+	Redis           redisstore.Config
 	Reflection      bool
 	MaxConnAge      time.Duration // 0: connections live as long as the client keeps them
 	ShadowMode      bool
@@ -58,13 +59,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	fs.StringVar(&opts.HTTPListen, "http-listen", "", "`address` to serve the JSON endpoint (POST /json), /metrics and /healthz on; empty serves none")
 	fs.StringVar(&opts.Config, "config", "", "envoyproxy/ratelimit configuration: a YAML `file`, or a directory of them (one domain each)")
 	fs.DurationVar(&opts.ReloadEvery, "reload-every", opts.ReloadEvery, "how often to look for configuration changes")
-	fs.Func("redis", "Redis `address`es, comma-separated: one standalone server, or seeds of a Redis Cluster; empty keeps counts in process", func(s string) error {
-		opts.Redis = strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
-		if len(opts.Redis) == 0 {
-			return fmt.Errorf("no address in %q", s)
-		}
-		return nil
-	})
+	redis := addRedisFlags(fs)
 	fs.BoolVar(&opts.Reflection, "grpc-reflection", false, "serve gRPC server reflection, for grpcurl and the like")
 	fs.BoolVar(&opts.ShadowMode, "shadow-mode", false, "answer OK to every request, counting those that would have been OVER_LIMIT (envoyproxy/ratelimit's SHADOW_MODE)")
 	fs.Float64Var(&opts.NearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which hits count as near the limit (sluice_rls_near_limit_total), above 0 and below 1")
@@ -73,6 +68,10 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	addPipelineFlags(fs, &opts.Pipeline)
 	if err := parseFlags(fs, args); err != nil {
+		return opts, err
+	}
+	var err error
+	if opts.Redis, err = redis.Config(os.Getenv); err != nil {
 		return opts, err
 	}
 	if opts.Config == "" {
@@ -106,7 +105,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// The gateway's decision stack: leases over the guard over Redis, or
 	// the process's memory.
 	pcfg := opts.Pipeline
-	pcfg.Redis.Addrs, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
+	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
 	store, err := pipeline.New(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("--redis: %w", err)
@@ -166,7 +165,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if hln != nil {
 		httpAddr = hln.Addr().String()
 	}
-	logger.Info("rls listening", "grpc", ln.Addr().String(), "http", httpAddr, "redis_addrs", len(opts.Redis), "domains", watcher.Current().Domains())
+	logger.Info("rls listening", "grpc", ln.Addr().String(), "http", httpAddr, "redis_addrs", len(opts.Redis.Addrs), "domains", watcher.Current().Domains())
 
 	<-ctx.Done()
 	health.Shutdown()
