@@ -114,7 +114,10 @@ func TestGatewayRedisClusterTLS(t *testing.T) {
 	}
 	rules := writeFile(t, "rules.yaml", sharedRules)
 	pwFile := writeFile(t, "redis-password", password+"\n")
-	tlsArgs := []string{"--redis-tls-ca", certs.CA, "--redis-tls-cert", certs.ClientCert, "--redis-tls-key", certs.ClientKey}
+	// Deadlines for a loaded machine, so that every answer is Redis's and
+	// the count is exact.
+	tlsArgs := []string{"--redis-tls-ca", certs.CA, "--redis-tls-cert", certs.ClientCert, "--redis-tls-key", certs.ClientKey,
+		"--redis-down-after", "2s", "--max-queue", "5s"}
 	seed := "rediss://sluice@" + c.TLSAddrs()[0]
 	args := append([]string{"gateway", "--listen", "127.0.0.1:0", "--rules", rules, "--redis", seed,
 		"--redis-password-file", pwFile, "--redis-timeout", "1s"}, tlsArgs...)
