@@ -56,9 +56,13 @@ func (s *Store) RefreshNodes(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", ErrReply, err)
 	}
+	// A node that announces no IP (one that never met another, without
+	// cluster-announce-ip: a one-node cluster) means "the host you asked":
+	// the seed's.
+	seedHost, _, _ := net.SplitHostPort(s.seeds[0])
 	index := map[string]uint16{}
 	for _, row := range rows {
-		first, last, addr, err := slotRow(row)
+		first, last, addr, err := slotRow(row, seedHost)
 		if err != nil {
 			return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", ErrReply, err)
 		}
@@ -79,8 +83,9 @@ func (s *Store) RefreshNodes(ctx context.Context) error {
 	return nil
 }
 
-// slotRow reads one CLUSTER SLOTS row: [first, last, [ip, port, ...], replicas...].
-func slotRow(row rueidis.RedisMessage) (first, last int64, addr string, err error) {
+// slotRow reads one CLUSTER SLOTS row: [first, last, [ip, port, ...],
+// replicas...]. An empty ip reads as host.
+func slotRow(row rueidis.RedisMessage, host string) (first, last int64, addr string, err error) {
 	f, err := row.ToArray()
 	if err != nil || len(f) < 3 {
 		return 0, 0, "", fmt.Errorf("row is not [first last primary ...]: %v", err)
@@ -105,6 +110,9 @@ func slotRow(row rueidis.RedisMessage) (first, last int64, addr string, err erro
 	port, err := node[1].ToInt64()
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("primary port: %w", err)
+	}
+	if ip == "" {
+		ip = host
 	}
 	return first, last, net.JoinHostPort(ip, strconv.FormatInt(port, 10)), nil
 }

@@ -60,3 +60,17 @@ func TestStalled(t *testing.T) {
 		t.Error("the node still reads as stalled after it answered")
 	}
 }
+
+// TestOneNodeClusterNamesItsNode: a cluster of one node announces no IP in
+// CLUSTER SLOTS ("the host you asked"); its keys still name the node by a
+// full address, so its breaker and its wire watch are the node's.
+func TestOneNodeClusterNamesItsNode(t *testing.T) {
+	node := redistest.OneNodeCluster(t)
+	s := newStore(t, redisstore.Config{Addrs: []string{node.Addr()}})
+	if !s.Cluster() {
+		t.Fatal("a one-node cluster reads as a standalone server")
+	}
+	if got, want := s.Node("k:any"), node.Addr(); got != want {
+		t.Errorf("Node = %q, want the node's address %q", got, want)
+	}
+}
