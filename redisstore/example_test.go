@@ -52,5 +52,5 @@ func ExampleStore_Take() {
 // raw Redis key, it cannot choose the slot.
 func ExampleSlot() {
 	fmt.Println(redisstore.Slot("user1000"), redisstore.Slot("{user1000}"), redisstore.Slot("user1000}"))
-	// Output: 10050 2371 10838
+	// Output: 3443 2807 15234
 }

@@ -16,3 +16,11 @@ func TrivialScript(s *Store) func(ctx context.Context, keys []string) error {
 		return script.Exec(ctx, s.client, keys, nil).Error()
 	}
 }
+
+// UseScripts makes s run its takes as a script by EVALSHA, as it does on a
+// server without functions (before Redis 7), so that tests cover that path
+// on the servers they have.
+func UseScripts(s *Store) { s.functions = false }
+
+// UsesFunctions reports whether s calls its takes with FCALL.
+func UsesFunctions(s *Store) bool { return s.functions }

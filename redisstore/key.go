@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"encoding/base64"
 	"strconv"
 
 	"github.com/sluice-rl/sluice/limit"
@@ -13,41 +12,53 @@ import (
 // encoded injectively into a string without braces, and only that encoding
 // is put inside the hash tag. No key can then choose another key's slot
 // (a '}' in it would end the tag early) or reach another key's bucket (two
-// keys never encode alike).
+// keys never encode alike, and the tag ends at the first '}', so the bucket
+// ID after it is never part of a key).
 //
-// A key made only of characters that are safe and readable in redis-cli
-// (letters, digits, '.', '_', '~', '-') is written as it is behind
-// literalMark; any other key, including the empty one, is written as
-// unpadded base64url behind encodedMark. The marks differ, and each scheme
-// is injective on its own, so the whole encoding is injective.
-const (
-	literalMark = '='
-	encodedMark = '%'
-)
+// The encoding is percent-encoding: a byte that is printable and plain
+// (see plain) stands for itself, any other byte, '%' included, becomes '%'
+// and two upper-case hex digits. The gateway's keys, "k:key_8f3" and
+// "ip:203.0.113.7", are written as they are, readable in redis-cli. Every
+// '%' starts an escape of exactly two digits, so a text decodes one way
+// only: the encoding is injective. The empty key, whose encoding would be
+// empty, is written as a lone "%", which no other key's encoding is: an
+// empty hash tag "{}" would make Redis hash the whole Redis key, putting a
+// request's limits in different slots.
+const escapeMark = '%'
 
-// literal reports whether key may be written as it is.
-func literal(key string) bool {
-	if key == "" {
-		return false
+// plainBytes marks the bytes written as they are: letters, digits and
+// RFC 3986's unreserved and sub-delimiter characters with ':', '@' and '/',
+// less the ones redis-cli quotes or escapes. Braces, '%', space, quotes,
+// backslashes, control bytes and everything above 0x7e are escaped.
+var plainBytes = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
 	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-			c == '.' || c == '_' || c == '~' || c == '-') {
-			return false
-		}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
 	}
-	return true
-}
+	for _, c := range "-._~!$&'()*+,;=:@/" {
+		t[c] = true
+	}
+	return t
+}()
+
+const hexDigits = "0123456789ABCDEF"
 
 // appendEncoded appends the encoding of key to b.
 func appendEncoded(b []byte, key string) []byte {
-	if literal(key) {
-		b = append(b, literalMark)
-		return append(b, key...)
+	if key == "" {
+		return append(b, escapeMark)
 	}
-	b = append(b, encodedMark)
-	return base64.RawURLEncoding.AppendEncode(b, []byte(key))
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if plainBytes[c] {
+			b = append(b, c)
+		} else {
+			b = append(b, escapeMark, hexDigits[c>>4], hexDigits[c&15])
+		}
+	}
+	return b
 }
 
 // appendKey appends the Redis key of limit l of request key to b:
@@ -76,25 +87,19 @@ func appendKey(b []byte, prefix, key string, l *limit.Limit) []byte {
 // computes it. It does not allocate, and it is the same for a standalone
 // server, where slots mean nothing but still name a key's shard.
 func Slot(key string) uint16 {
-	var crc uint16
-	if literal(key) {
-		crc = crc16(crc, []byte{literalMark})
-		for i := 0; i < len(key); i++ {
-			crc = crc<<8 ^ crcTable[byte(crc>>8)^key[i]]
-		}
-		return crc & (slots - 1)
+	if key == "" {
+		return crc16(0, []byte{escapeMark}) & (slots - 1)
 	}
-	crc = crc16(crc, []byte{encodedMark})
-	// Encode in whole groups of 3 bytes so that the pieces join into the
-	// same text as encoding the key at once.
-	var src [48]byte
-	var dst [64]byte
-	for len(key) > 0 {
-		n := copy(src[:], key)
-		key = key[n:]
-		m := base64.RawURLEncoding.EncodedLen(n)
-		base64.RawURLEncoding.Encode(dst[:m], src[:n])
-		crc = crc16(crc, dst[:m])
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if plainBytes[c] {
+			crc = crc<<8 ^ crcTable[byte(crc>>8)^c]
+			continue
+		}
+		for _, e := range [3]byte{escapeMark, hexDigits[c>>4], hexDigits[c&15]} {
+			crc = crc<<8 ^ crcTable[byte(crc>>8)^e]
+		}
 	}
 	return crc & (slots - 1)
 }

@@ -1,8 +1,10 @@
 // Package redisstore is the limit.Store that keeps limit states in Redis, a
 // standalone server or a Redis Cluster, so that every gateway shares them.
 //
-// A Take is one script run on one Redis node: it refills, checks and takes
-// every limit of the request atomically, reading Redis's own clock. All
+// A Take is one call of one Lua function on one Redis node: it refills,
+// checks and takes every limit of the request atomically, reading Redis's
+// own clock. TakeUpTo, which token leases draw their batches with, is the
+// same call asked for more. All
 // buckets of one request key share a hash tag, so they live in one cluster
 // slot and one script reaches them all. The script's arithmetic is the same
 // integer arithmetic as limit.Evaluate, so a decision never depends on which
@@ -10,8 +12,10 @@
 //
 // The client is rueidis: it pipelines concurrent commands on a few
 // connections per node without being asked, discovers a cluster from any
-// seed address and follows its slot map, and runs scripts by digest
-// (EVALSHA), sending the source only when a node answers NOSCRIPT.
+// seed address and follows its slot map. The take is loaded once into
+// every node as a Redis function library (FUNCTION LOAD) and called with
+// FCALL; a server older than Redis 7 runs it as a script by digest
+// (EVALSHA) instead.
 package redisstore
 
 import (
@@ -111,9 +115,15 @@ var (
 // its client connections; Close releases them.
 type Store struct {
 	client rueidis.Client
-	script *rueidis.Lua // the take script, run by digest
-	upto   *rueidis.Lua // the take-up-to script of token leases
-	prefix string
+	code   takeCode
+	// functions is true when every node loaded code.library in New, and
+	// takes call it with FCALL; false means EVALSHA of script. Set in New
+	// only.
+	functions bool
+	script    *rueidis.Lua // code.script, run by digest when !functions
+	loadMu    sync.Mutex    // held while reloading the library after a node lost it
+	loads     atomic.Uint64 // how many reloads have ended; see reload
+	prefix    string
 	now    func() time.Time
 	log    *slog.Logger
 	seeds  []string
@@ -157,11 +167,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	src, err := takeScript()
-	if err != nil {
-		return nil, err
-	}
-	uptoSrc, err := uptoScript()
+	code, err := assemble()
 	if err != nil {
 		return nil, err
 	}
@@ -190,10 +196,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		client: client,
+		code:   code,
 		// Not NewLuaScriptRetryable: a take is not idempotent, so a script
 		// whose reply was lost must not run again.
-		script: rueidis.NewLuaScript(src),
-		upto:   rueidis.NewLuaScript(uptoSrc),
+		script: rueidis.NewLuaScript(code.script),
 		prefix: prefix,
 		now:    cfg.Now,
 		log:    log,
@@ -209,16 +215,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		client.Close()
 		return nil, err
 	}
-	// A node's first EVALSHA would find no script and pay for loading and
-	// compiling it inside a request's short deadline; load both scripts on
-	// every node, replicas too, so a promoted replica has them as well.
-	for addr, node := range client.Nodes() {
-		for _, src := range []string{src, uptoSrc} {
-			if err := node.Do(ctx, node.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
-				log.Warn("redis scripts not preloaded; the node loads them on first use", "node", addr, "error", err)
-			}
-		}
-	}
+	s.preload(ctx)
 	if every := orDefault(cfg.RefreshInterval, defaultRefresh); every > 0 && s.Cluster() {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopRefresh, s.refreshDone = cancel, make(chan struct{})
@@ -271,8 +268,9 @@ type scratch struct {
 	outs []limit.Outcome
 }
 
-// build fills keys and args for req (see lua/take.lua for the layout).
-func (sc *scratch) build(prefix string, req *limit.Request, now int64) {
+// build fills keys and args for a take of cost to want tokens (see
+// lua/take.lua for the layout).
+func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 	b, ends := sc.buf[:0], sc.ends[:0]
 	for i := range req.Limits {
 		b = appendKey(b, prefix, req.Key, &req.Limits[i])
@@ -282,12 +280,16 @@ func (sc *scratch) build(prefix string, req *limit.Request, now int64) {
 	ends = append(ends, len(b))
 	b = strconv.AppendInt(b, req.EffectiveCost(), 10)
 	ends = append(ends, len(b))
+	b = strconv.AppendInt(b, want, 10)
+	ends = append(ends, len(b))
 	for i := range req.Limits {
 		l := &req.Limits[i]
+		b = append(b, l.Alg()...)
+		b = append(b, ' ')
 		b = strconv.AppendInt(b, l.Count, 10)
-		ends = append(ends, len(b))
+		b = append(b, ' ')
 		b = strconv.AppendInt(b, l.PeriodMillis(), 10)
-		ends = append(ends, len(b))
+		b = append(b, ' ')
 		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
 		ends = append(ends, len(b))
 	}
@@ -299,15 +301,9 @@ func (sc *scratch) build(prefix string, req *limit.Request, now int64) {
 		keys = append(keys, all[start:end])
 		start = end
 	}
-	num := ends[n:]
-	next := func() string {
-		s := all[start:num[0]]
-		start, num = num[0], num[1:]
-		return s
-	}
-	args = append(args, next(), next())
-	for i := range req.Limits {
-		args = append(args, string(req.Limits[i].Alg()), next(), next(), next())
+	for _, end := range ends[n:] {
+		args = append(args, all[start:end])
+		start = end
 	}
 	sc.buf, sc.ends, sc.keys, sc.args = b, ends, keys, args
 }
@@ -326,57 +322,83 @@ func (s *Store) putScratch(sc *scratch) {
 	s.scratch.Put(sc)
 }
 
-// Take implements limit.Store: one script run on the node that holds the
+// Take implements limit.Store: one call on the node that holds the
 // request key's slot. Errors wrap ErrTimeout, ErrUnavailable or ErrReply,
 // except an invalid request, which is refused before any I/O.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	_, d, err := s.take(ctx, req, 0)
+	return d, err
+}
+
+// TakeUpTo implements limit.Granter: it takes as many tokens as every
+// limit of req can spare, at least req's cost and at most want, in the
+// same one call as Take, and reports how many it took. A token lease draws
+// its batches with it: the tokens leave Redis before any gateway spends
+// them. When granted is positive, d describes the limits after the take;
+// when it is zero, d is the refusal Take would have given req. A want below
+// the cost means the cost. Errors are Take's.
+func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
 	if err := req.Validate(); err != nil {
-		return limit.Decision{}, err
+		return 0, limit.Decision{}, err
+	}
+	if want < 1 {
+		return 0, limit.Decision{}, fmt.Errorf("redisstore: want %d tokens: must be at least 1", want)
+	}
+	return s.take(ctx, req, want)
+}
+
+// take is Take and TakeUpTo: a take of req's cost, or of up to want tokens
+// when want is larger.
+func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return 0, limit.Decision{}, err
 	}
 	if s.closed.Load() {
-		return limit.Decision{}, errClosed
+		return 0, limit.Decision{}, errClosed
 	}
+	cost := req.EffectiveCost()
+	want = max(want, cost)
 	var now int64 // 0 asks the script to read Redis's clock
 	if s.now != nil {
 		if now = s.now().UnixMilli(); now <= 0 {
-			return limit.Decision{}, fmt.Errorf("redisstore: clock reads %d ms, not after the Unix epoch", now)
+			return 0, limit.Decision{}, fmt.Errorf("redisstore: clock reads %d ms, not after the Unix epoch", now)
 		}
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.putScratch(sc)
-	sc.build(s.prefix, req, now)
-	resp := s.script.Exec(ctx, s.client, sc.keys, sc.args)
+	sc.build(s.prefix, req, now, want)
+	resp := s.exec(ctx, sc.keys, sc.args)
 	if err := resp.Error(); err != nil {
-		return limit.Decision{}, fmt.Errorf("redisstore: take in slot %d: %w: %w", Slot(req.Key), classify(err), err)
+		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), classify(err), err)
 	}
 	msgs, err := resp.ToArray()
-	var outs []limit.Outcome
+	var granted int64
 	if err == nil {
-		outs, err = outcomes(sc.outs[:0], msgs, len(req.Limits))
-		sc.outs = outs
+		granted, sc.outs, err = parseReply(sc.outs[:0], msgs, len(req.Limits), cost, want)
 	}
 	if err != nil {
-		return limit.Decision{}, fmt.Errorf("redisstore: take in slot %d: %w: %w", Slot(req.Key), ErrReply, err)
+		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), ErrReply, err)
 	}
-	d := limit.Decide(outs)
+	d := limit.Decide(sc.outs)
 	d.Source = limit.FromRedis
-	return d, nil
+	return granted, d, nil
 }
 
-// outcomes checks the script's reply for n limits and converts it, so that
-// limit.Decide combines it as it does for every store.
-func outcomes(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int) ([]limit.Outcome, error) {
+// parseReply checks the reply of a take of cost to want tokens for n
+// limits (see lua/take.lua) and converts it, so that limit.Decide combines
+// it as it does for every store. It returns the tokens granted.
+func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int, cost, want int64) (int64, []limit.Outcome, error) {
 	if len(msgs) != 1+4*n {
-		return outs, fmt.Errorf("reply has %d elements, want %d for %d limits", len(msgs), 1+4*n, n)
+		return 0, outs, fmt.Errorf("reply has %d elements, want %d for %d limits", len(msgs), 1+4*n, n)
 	}
-	var v [4]int64
 	for i := range msgs {
 		if !msgs[i].IsInt64() {
-			return outs, fmt.Errorf("reply element %d is not an integer", i)
+			return 0, outs, fmt.Errorf("reply element %d is not an integer", i)
 		}
 	}
-	all, _ := msgs[0].ToInt64()
-	allowedAll := int64(1)
+	granted, _ := msgs[0].ToInt64()
+	allowedAll := true
+	var v [4]int64
 	for i := range n {
 		for j := range v {
 			v[j], _ = msgs[1+4*i+j].ToInt64()
@@ -384,28 +406,31 @@ func outcomes(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int) ([]limit
 		allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
 		switch {
 		case allowed != 0 && allowed != 1:
-			return outs, fmt.Errorf("limit %d: allowed is %d, want 0 or 1", i, allowed)
+			return 0, outs, fmt.Errorf("limit %d: allowed is %d, want 0 or 1", i, allowed)
 		case remaining < 0 || reset < 0:
-			return outs, fmt.Errorf("limit %d: remaining %d and reset %d ms must not be negative", i, remaining, reset)
+			return 0, outs, fmt.Errorf("limit %d: remaining %d and reset %d ms must not be negative", i, remaining, reset)
 		case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
-			return outs, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
+			return 0, outs, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
 		}
-		allowedAll &= allowed
+		allowedAll = allowedAll && allowed == 1
 		outs = append(outs, limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset})
 	}
-	if all != allowedAll {
-		return outs, fmt.Errorf("reply says allowed %d, its limits say %d", all, allowedAll)
+	if allowedAll && (granted < cost || granted > want) || !allowedAll && granted != 0 {
+		return 0, outs, fmt.Errorf("reply grants %d tokens (all limits allowed: %v) for a take of %d to %d", granted, allowedAll, cost, want)
 	}
-	return outs, nil
+	return granted, outs, nil
 }
 
-// classify maps an error from the client to ErrTimeout, ErrUnavailable or
-// ErrReply, or to context.Canceled for a caller that gave up.
 // errClosed is what a closed store answers. The client would answer with
 // whatever its teardown left behind, "context canceled" among them, which
 // would read as the caller giving up.
 var errClosed = fmt.Errorf("redisstore: store is closed: %w", ErrUnavailable)
 
+// classify maps an error from the client to ErrTimeout, ErrUnavailable or
+// ErrReply, or to context.Canceled for a caller that gave up. A Redis error
+// reply is ErrReply unless it says the node cannot serve now: WRONGTYPE (a
+// foreign value under one of the store's keys), a script error or a
+// malformed state are Redis answering, not an outage.
 func classify(err error) error {
 	var netErr net.Error
 	switch {

@@ -81,6 +81,14 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+	// The same code run as a script, as on a server before Redis 7.
+	t.Run("Standalone/scripts", func(t *testing.T) {
+		limittest.Run(t, func(t *testing.T, now func() time.Time) limit.Store {
+			s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}, Now: now})
+			redisstore.UseScripts(s)
+			return s
+		})
+	})
 }
 
 func TestDetectsMode(t *testing.T) {
@@ -286,25 +294,44 @@ func trim(s string) string {
 	return s
 }
 
-func TestScriptReloadsAfterFlush(t *testing.T) {
+// TestReloadsAfterFlush empties every node of functions and scripts, as a
+// restart without persistence does, and checks that takes go on: the
+// library is loaded again when a node says it has no such function, and
+// the script by rueidis on NOSCRIPT.
+func TestReloadsAfterFlush(t *testing.T) {
 	for _, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) {
-			s := newStore(t, redisstore.Config{Addrs: tg.addrs()})
-			req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{perSecond("s", 1, 10)}}
-			take(t, s, req)
-			nodes := []*redistest.Server{standalone}
-			if tg.name == "Cluster" {
-				nodes = cluster.Nodes()
-			}
-			for _, n := range nodes {
-				if _, err := n.Do(t.Context(), "SCRIPT", "FLUSH"); err != nil {
-					t.Fatal(err)
+		for _, mode := range []string{"functions", "scripts"} {
+			t.Run(tg.name+"/"+mode, func(t *testing.T) {
+				s := newStore(t, redisstore.Config{Addrs: tg.addrs()})
+				if !redisstore.UsesFunctions(s) {
+					t.Fatalf("redis %v: the store did not load its function library", tg.addrs())
 				}
-			}
-			if d := take(t, s, req); !d.Allowed || d.Remaining != 8 {
-				t.Errorf("after SCRIPT FLUSH: allowed %v remaining %d, want allowed with 8 left", d.Allowed, d.Remaining)
-			}
-		})
+				if mode == "scripts" {
+					redisstore.UseScripts(s)
+				}
+				req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{perSecond("s", 1, 10)}}
+				take(t, s, req)
+				nodes := []*redistest.Server{standalone}
+				if tg.name == "Cluster" {
+					nodes = cluster.Nodes()
+				}
+				for _, n := range nodes {
+					for _, cmd := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
+						if _, err := n.Do(t.Context(), cmd...); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for i, want := range []int64{8, 7} {
+					if d := take(t, s, req); !d.Allowed || d.Remaining != want {
+						t.Errorf("take %d after a flush: allowed %v remaining %d, want allowed with %d left", i+1, d.Allowed, d.Remaining, want)
+					}
+				}
+				if g, d, err := s.TakeUpTo(t.Context(), req, 3); err != nil || g != 3 || d.Remaining != 4 {
+					t.Errorf("TakeUpTo 3 after a flush: granted %d, remaining %d, error %v; want 3 and 4", g, d.Remaining, err)
+				}
+			})
+		}
 	}
 }
 
@@ -510,22 +537,36 @@ func TestErrors(t *testing.T) {
 		}
 	})
 
+	// A foreign value under a store's key is Redis answering, not an
+	// outage: ErrReply, for Take and TakeUpTo, under every algorithm.
 	t.Run("ReplyError", func(t *testing.T) {
-		for _, c := range []struct {
-			name string
-			set  []string // a command that puts a foreign value in the bucket
-			want string   // part of the error
-		}{
-			{"foreign string", []string{"SET", s.RedisKey("r1", &l), "not a bucket"}, "malformed state"},
-			{"wrong type", []string{"HSET", s.RedisKey("r2", &l), "f", "v"}, "WRONGTYPE"},
-		} {
-			if _, err := srv.Do(t.Context(), c.set...); err != nil {
-				t.Fatal(err)
-			}
-			key := strings.TrimSuffix(strings.TrimPrefix(c.set[1], "sl:{="), "}:s:token_bucket:1000")
-			_, err := s.Take(t.Context(), &limit.Request{Key: key, Limits: []limit.Limit{l}})
-			if !errors.Is(err, redisstore.ErrReply) || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%s in a bucket: got %v, want ErrReply with %q", c.name, err, c.want)
+		for _, alg := range limit.Algorithms {
+			l := limit.Limit{Name: "s", Count: 1, Period: time.Second, Algorithm: alg}
+			for _, c := range []struct {
+				name string
+				set  []string // a command that puts a foreign value in the bucket; the key goes second
+				want string   // part of the error
+			}{
+				{"foreign string", []string{"SET", "", "not a bucket"}, "malformed state"},
+				{"wrong type", []string{"HSET", "", "f", "v"}, "WRONGTYPE"},
+			} {
+				if alg == limit.SlidingLog && c.name == "foreign string" {
+					c.want = "WRONGTYPE" // LLEN of a string
+				}
+				key := fmt.Sprintf("r:%s:%s", alg, c.name)
+				req := &limit.Request{Key: key, Limits: []limit.Limit{l}}
+				c.set[1] = s.RedisKey(key, &l)
+				if _, err := srv.Do(t.Context(), c.set...); err != nil {
+					t.Fatal(err)
+				}
+				_, err := s.Take(t.Context(), req)
+				if !errors.Is(err, redisstore.ErrReply) || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: Take with a %s in its bucket: got %v, want ErrReply with %q", alg, c.name, err, c.want)
+				}
+				_, _, err = s.TakeUpTo(t.Context(), req, 5)
+				if !errors.Is(err, redisstore.ErrReply) || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: TakeUpTo with a %s in its bucket: got %v, want ErrReply with %q", alg, c.name, err, c.want)
+				}
 			}
 		}
 	})

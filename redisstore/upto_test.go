@@ -18,6 +18,13 @@ func TestTakeUpToConformance(t *testing.T) {
 			})
 		})
 	}
+	t.Run("Standalone/scripts", func(t *testing.T) {
+		limittest.RunGranter(t, func(t *testing.T, now func() time.Time) limit.Granter {
+			s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}, Now: now})
+			redisstore.UseScripts(s)
+			return s
+		})
+	})
 }
 
 // TestTakeUpToRedisClock runs without a test clock, as production does: the

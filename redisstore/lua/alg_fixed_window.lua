@@ -6,7 +6,7 @@
 -- at the end of one window and count again at the start of the next.
 --
 -- State: one string "<window start ms> <tokens taken>", written with
--- SET ... PX. The window start is stored rather than left to the expiry,
+-- PSETEX. The window start is stored rather than left to the expiry,
 -- so a state read after its window reads as empty whatever the clock that
 -- expires keys says.
 
@@ -40,9 +40,7 @@ ALGS['fixed_window'] = function(key, now, cost, count, period, burst)
     return 0, remaining, reset, reset, nil
   end
   used = used + cost
-  return 1, remaining - cost, 0, reset, function()
-    -- Kept until the window ends, counted from the caller's time: after a
-    -- clock stepped back, that is later than reset says.
-    redis.call('SET', key, int_str(ws) .. ' ' .. int_str(used), 'PX', int_str(expire_ms(ws + period - caller)))
-  end
+  -- Kept until the window ends, counted from the caller's time: after a
+  -- clock stepped back, that is later than reset says.
+  return 1, remaining - cost, 0, reset, string.format('%d %d', ws, used), expire_ms(ws + period - caller)
 end

@@ -11,7 +11,7 @@
 -- keeps the timestamps small; limit.Validate refuses rates whose timestamps
 -- would pass 2^53 before 2109.
 --
--- State: one string, the TAT, written with SET ... PX, as redis-cell keeps
+-- State: one string, the TAT, written with PSETEX, as redis-cell keeps
 -- it. Its units depend on count, so the key holds them: limit.BucketID
 -- ends in ":<per_ms>" for GCRA, and a value is only ever read in the units
 -- it was written in. A rate change that keeps per_ms keeps the TAT as a
@@ -60,7 +60,6 @@ ALGS['gcra'] = function(key, now, cost, count, period, burst)
   debt = debt + need
   reset = ceildiv(debt, per_ms)
   local tat = at + debt
-  return 1, floordiv(capacity - debt, per_token), 0, reset, function()
-    redis.call('SET', key, int_str(tat), 'PX', int_str(expire_ms(math.max(reset, 1))))
-  end
+  -- The TAT goes to Redis as a number; Redis prints it exactly.
+  return 1, floordiv(capacity - debt, per_token), 0, reset, tat, expire_ms(math.max(reset, 1))
 end

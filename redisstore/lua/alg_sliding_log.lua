@@ -64,6 +64,7 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
     local leave = tonumber(redis.call('LINDEX', key, first + live + cost - count - 2))
     return 0, remaining, leave + period - now, reset, nil
   end
+  -- A list takes several commands to write: a function, not a value.
   return 1, remaining - cost, 0, (oldest or now) + period - now, function()
     if first > n then
       if n > 0 then
@@ -74,7 +75,7 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
     end
     -- RPUSH in batches: unpacking thousands of values would overflow the
     -- Lua C stack.
-    local stamp = int_str(now)
+    local stamp = string.format('%d', now)
     local left = cost
     while left > 0 do
       local batch = {}
@@ -86,6 +87,6 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
     end
     -- The entries just pushed live until now + period; counted from the
     -- caller's time, which a stepped-back clock puts before now.
-    redis.call('PEXPIRE', key, int_str(expire_ms(now + period - caller)))
-  end
+    redis.call('PEXPIRE', key, expire_ms(now + period - caller))
+  end, 0
 end

@@ -9,7 +9,7 @@
 -- exactly.
 --
 -- State: one string "<window start ms> <tokens this window> <tokens the
--- window before>", written with SET ... PX.
+-- window before>", written with PSETEX.
 
 ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   local stored_ws, stored_cur, stored_prev
@@ -55,10 +55,7 @@ ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
     return 0, remaining, retry, reset, nil
   end
   cur = cur + cost
-  return 1, remaining - cost, 0, reset, function()
-    -- This window's count weighs on the next one too: keep it until then,
-    -- counted from the caller's time (see alg_fixed_window.lua).
-    redis.call('SET', key, int_str(ws) .. ' ' .. int_str(cur) .. ' ' .. int_str(prev),
-      'PX', int_str(expire_ms(ws + 2 * period - caller)))
-  end
+  -- This window's count weighs on the next one too: keep it until then,
+  -- counted from the caller's time (see alg_fixed_window.lua).
+  return 1, remaining - cost, 0, reset, string.format('%d %d %d', ws, cur, prev), expire_ms(ws + 2 * period - caller)
 end

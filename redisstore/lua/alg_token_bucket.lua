@@ -4,10 +4,12 @@
 -- period (ms) credits and the bucket gains count credits each millisecond,
 -- so refill is integer arithmetic, exact here and in Go alike.
 --
--- State: one string "<credits> <ms of last take>", written with SET ... PX.
+-- State: one string "<credits> <ms of last take>", written with PSETEX.
 -- A string holds the two numbers in about 60 bytes of Redis memory, against
--- about 100 for a two-field hash, and SET with PX writes the value and its
--- expiry in one command where a hash needs HSET and PEXPIRE.
+-- about 100 for a two-field hash, and PSETEX writes the value and its
+-- expiry in one command where a hash needs HSET and PEXPIRE. Text, not
+-- packed binary: readable in redis-cli, and the format every gateway
+-- version shares, so a rolling upgrade never misreads a bucket.
 ALGS['token_bucket'] = function(key, now, cost, count, period, burst)
   local capacity = burst * period
   local credits = capacity -- a bucket never seen, or expired, is full
@@ -39,7 +41,5 @@ ALGS['token_bucket'] = function(key, now, cost, count, period, burst)
   end
   local left = credits - need
   reset = ceildiv(capacity - left, count)
-  return 1, floordiv(left, period), 0, reset, function()
-    redis.call('SET', key, int_str(left) .. ' ' .. int_str(now), 'PX', int_str(expire_ms(math.max(reset, 1))))
-  end
+  return 1, floordiv(left, period), 0, reset, string.format('%d %d', left, now), expire_ms(math.max(reset, 1))
 end

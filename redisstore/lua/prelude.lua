@@ -1,30 +1,38 @@
 -- prelude.lua: the helpers every algorithm shares, and the ALGS registry.
 --
--- The script a Take runs is this file, then every lua/alg_*.lua in sorted
+-- The library a take runs is this file, then every lua/alg_*.lua in sorted
 -- order, then take.lua, joined into one chunk (see script.go). Everything
--- is local: Redis refuses scripts that create globals.
+-- is local: Redis refuses code that creates globals. Loaded as a Redis
+-- function library (FUNCTION LOAD), this top level runs once per load, not
+-- per call, so it may only define: Redis offers no libraries (math,
+-- string) to a library's top level, only to the functions it registers.
 --
 -- Lua numbers are doubles. Every integer the algorithms handle stays below
 -- 2^53 (limit.Validate guarantees it), where doubles are exact, so the
 -- arithmetic below matches Go's int64 arithmetic bit for bit, as long as
--- two rules are kept: division goes through floordiv/ceildiv, and numbers
--- become strings through int_str.
+-- two rules are kept: division goes through floordiv/ceildiv, and
+-- numbers become text only in the two exact ways described below.
 
 -- ALGS maps an algorithm name to its function:
 --   ALGS[name] = function(key, now, cost, count, period, burst)
 --     -> allowed (1/0), remaining, retry_ms (0 if allowed, -1 never),
---        reset_ms, commit
--- An algorithm reads its state but never writes it: commit, a function of
--- no arguments returned for an allowed take, writes the new state, and
--- take.lua calls it only when every limit of the request allowed.
+--        reset_ms, value, px
+-- An algorithm reads its state but never writes it. For an allowed take it
+-- returns the new state instead: value, a string or an integer, that
+-- take.lua writes with PSETEX key px value, or a function of no arguments
+-- that writes it (the sliding log's list). take.lua writes only when every
+-- limit of the request allowed. Values, not closures: a closure is an
+-- allocation per limit per call, and what is written is one command.
 local ALGS = {}
 
--- int_str formats an integer-valued number exactly. tostring would print
--- 14 significant digits, rounding values above 1e14, and Unix milliseconds
--- times a rate get there quickly.
-local function int_str(x)
-  return string.format('%.0f', x)
-end
+-- Numbers become text three ways, and only two are exact. tostring and
+-- '..' print 14 significant digits, rounding values above 1e14, and Unix
+-- milliseconds times a rate get there quickly: never used on a number
+-- here. string.format('%d', x) converts x to a 64-bit C long first, exact
+-- below 2^53, and formats several numbers in one call. A number passed to
+-- redis.call is printed by Redis with '%.17g', exact for integers below
+-- 2^53 too: single numbers (a GCRA timestamp, a PX) go to Redis as they
+-- are.
 
 -- floordiv returns floor(a / b) for integers a >= 0, b > 0. a / b is a
 -- rounded double, so its floor can be one off when the exact quotient is
@@ -50,22 +58,10 @@ local function ceildiv(a, b)
   return q
 end
 
--- now_ms returns the time of this take in Unix ms: ARGV[1], or Redis's own
--- clock when ARGV[1] is '0', as production sends. Redis's clock, never the
--- gateways': their clocks drift apart. nil if ARGV[1] is not a number.
-local function now_ms()
-  local now = tonumber(ARGV[1])
-  if now == 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
-
--- TEST_CLOCK is true when the caller passed the time (ARGV[1] ~= '0'):
--- only tests do, to drive a fake clock. Production sends '0' and the script
--- reads Redis's own clock.
-local TEST_CLOCK = ARGV[1] ~= '0'
+-- test_clock is true during a call whose caller passed the time (ARGV[1]
+-- is not '0'): only tests do, to drive a fake clock. Production sends '0'
+-- and the call reads Redis's own clock. take.lua sets it at every call.
+local test_clock = false
 
 -- expire_ms returns the PX to store a state with, given the algorithm's TTL
 -- in ms (the Outcome's TTL, at least 1). Redis expires keys by its own
@@ -73,9 +69,9 @@ local TEST_CLOCK = ARGV[1] ~= '0'
 -- expiring by real time would vanish before the fake clock says it may.
 -- A state kept longer than its TTL changes no answer, so under a test clock
 -- states are simply kept ten minutes longer. Every algorithm's commit must
--- write its expiry through this.
+-- compute its PX through this.
 local function expire_ms(ttl)
-  if TEST_CLOCK then
+  if test_clock then
     return ttl + 600000
   end
   return ttl
