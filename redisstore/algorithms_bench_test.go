@@ -92,69 +92,78 @@ var measureKeys = flag.Int("measure.keys", 8, "keys per algorithm TestMeasureMem
 // entries, the sliding window with both counters set) and reports their
 // size two ways: MEMORY USAGE of each key, and the server's used_memory
 // growth per key from an empty keyspace, which adds the expiry table and
-// the tables' free slots. It checks the
-// shape of what it measured; the sizes go to the log.
+// the tables' free slots. The request keys are shaped as the gateway's:
+// "k:" and a 24-character API key, and "ip:" and an IPv4 address. It
+// checks the shape of what it measured; the sizes go to the log.
 func TestMeasureMemory(t *testing.T) {
 	srv := redistest.Standalone(t)
 	clk := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 7, 0, time.UTC))
 	s := newStore(t, redisstore.Config{Addrs: []string{srv.Addr()}, Now: clk.Now})
 	rng := rand.New(rand.NewPCG(1, 2))
 	var report strings.Builder
-	fmt.Fprintf(&report, "%-15s %6s %12s %16s %14s\n", "algorithm", "keys", "MEMORY USAGE", "used_memory/key", "1M keys")
+	fmt.Fprintf(&report, "%-15s %-22s %6s %12s %16s %14s\n", "algorithm", "request key", "keys", "MEMORY USAGE", "used_memory/key", "1M keys")
 	usage := map[limit.Algorithm]int64{}
 	// Load the script and grow the server's buffers before measuring, so
 	// that the first algorithm does not pay for them.
 	for _, alg := range limit.Algorithms {
 		parallelTakes(t, s, []string{"warm-up"}, 1, perMinute(alg))
 	}
-	for _, alg := range limit.Algorithms {
-		l := perMinute(alg)
-		n, takes, cost, step := *measureKeys, 3, int64(1), 35*time.Second
-		if alg == limit.SlidingLog {
-			// 1,000 entries, 100 takes of 10 spread over the minute.
-			n, takes, cost, step = max(*measureKeys/10, 2), 100, 10, 600*time.Millisecond
-		}
-		keys := make([]string, n)
-		for i := range keys {
-			// Keys as long as real API keys: the key name is part of the cost.
-			keys[i] = fmt.Sprintf("key_%024x", rng.Uint64())
-		}
-		// Each algorithm starts from an empty keyspace, so that all of them
-		// pay alike for the keyspace and expiry tables growing.
-		if _, err := srv.Do(t.Context(), "FLUSHALL", "SYNC"); err != nil {
-			t.Fatalf("FLUSHALL: %v", err)
-		}
-		before := usedMemory(t, srv)
-		for range takes {
-			parallelTakes(t, s, keys, cost, l)
-			clk.Advance(step)
-		}
-		after := usedMemory(t, srv)
-		var total int64
-		for _, k := range keys {
-			rk := s.RedisKey(k, &l)
-			v, err := srv.Do(t.Context(), "MEMORY", "USAGE", rk, "SAMPLES", "0")
-			b, ok := v.(int64)
-			if err != nil || !ok || b <= 0 {
-				t.Fatalf("MEMORY USAGE %s: %v, %v; want a size (did the take store nothing?)", rk, v, err)
+	shapes := []struct {
+		name string
+		key  func() string
+	}{
+		{"k:key_<24 hex>", func() string { return fmt.Sprintf("k:key_%024x", rng.Uint64()) }},
+		{"ip:<IPv4>", func() string { return fmt.Sprintf("ip:%d.%d.%d.%d", 1+rng.IntN(223), rng.IntN(256), rng.IntN(256), rng.IntN(256)) }},
+	}
+	for _, shape := range shapes {
+		for _, alg := range limit.Algorithms {
+			l := perMinute(alg)
+			n, takes, cost, step := *measureKeys, 3, int64(1), 35*time.Second
+			if alg == limit.SlidingLog {
+				// 1,000 entries, 100 takes of 10 spread over the minute.
+				n, takes, cost, step = max(*measureKeys/10, 2), 100, 10, 600*time.Millisecond
 			}
-			total += b
-		}
-		if alg == limit.SlidingLog {
-			rk := s.RedisKey(keys[0], &l)
-			if v, err := srv.Do(t.Context(), "LLEN", rk); err != nil || v != int64(1000) {
-				t.Fatalf("LLEN %s = %v, %v; want 1000 entries", rk, v, err)
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = shape.key()
 			}
+			// Each algorithm starts from an empty keyspace, so that all of them
+			// pay alike for the keyspace and expiry tables growing.
+			if _, err := srv.Do(t.Context(), "FLUSHALL", "SYNC"); err != nil {
+				t.Fatalf("FLUSHALL: %v", err)
+			}
+			before := usedMemory(t, srv)
+			for range takes {
+				parallelTakes(t, s, keys, cost, l)
+				clk.Advance(step)
+			}
+			after := usedMemory(t, srv)
+			var total int64
+			for _, k := range keys {
+				rk := s.RedisKey(k, &l)
+				v, err := srv.Do(t.Context(), "MEMORY", "USAGE", rk, "SAMPLES", "0")
+				b, ok := v.(int64)
+				if err != nil || !ok || b <= 0 {
+					t.Fatalf("MEMORY USAGE %s: %v, %v; want a size (did the take store nothing?)", rk, v, err)
+				}
+				total += b
+			}
+			if alg == limit.SlidingLog {
+				rk := s.RedisKey(keys[0], &l)
+				if v, err := srv.Do(t.Context(), "LLEN", rk); err != nil || v != int64(1000) {
+					t.Fatalf("LLEN %s = %v, %v; want 1000 entries", rk, v, err)
+				}
+			}
+			usage[alg] = total / int64(n)
+			perKey := (after - before) / int64(n)
+			fmt.Fprintf(&report, "%-15s %-22s %6d %10d B %14d B %14s\n", alg, shape.name, n, usage[alg], perKey, scaled(perKey*1_000_000))
 		}
-		usage[alg] = total / int64(n)
-		perKey := (after - before) / int64(n)
-		fmt.Fprintf(&report, "%-15s %6d %10d B %14d B %14s\n", alg, n, usage[alg], perKey, scaled(perKey*1_000_000))
+		if usage[limit.SlidingLog] < 10*usage[limit.TokenBucket] {
+			t.Errorf("%s: a 1,000-entry sliding log uses %d bytes, a token bucket %d: want the log at least 10 times larger",
+				shape.name, usage[limit.SlidingLog], usage[limit.TokenBucket])
+		}
 	}
 	t.Log("\n" + report.String())
-	if usage[limit.SlidingLog] < 10*usage[limit.TokenBucket] {
-		t.Errorf("a 1,000-entry sliding log uses %d bytes, a token bucket %d: want the log at least 10 times larger",
-			usage[limit.SlidingLog], usage[limit.TokenBucket])
-	}
 }
 
 // parallelTakes takes cost from limit l of every key, eight at a time.

@@ -19,10 +19,7 @@ import (
 // read-refill-write path, as an allowed request does; and they refill so
 // slowly that their buckets stay in Redis between takes, as a busy key's
 // do, instead of expiring and starting afresh each time.
-var benchLimits = []limit.Limit{
-	{Name: "h", Count: 1, Period: time.Hour, Burst: 1_000_000_000},
-	{Name: "d", Count: 1, Period: 24 * time.Hour, Burst: 100_000_000},
-}
+var benchLimits = costLimits[:2]
 
 // benchKeys is how many request keys the benchmarks spread over, so that
 // requests reach every primary of the cluster.

@@ -93,7 +93,14 @@ end
 
 local function take(keys, args)
   local n = #keys
-  local now, cost, want = args[1], tonumber(args[2]), tonumber(args[3])
+  -- Equal strings are one object in Lua: a plain take (want = cost)
+  -- converts one number, not two.
+  local now, cost, want = args[1], tonumber(args[2]), nil
+  if args[3] == args[2] then
+    want = cost
+  else
+    want = tonumber(args[3])
+  end
   if n == 0 or #args ~= 3 + n or not cost or not want or want < cost then
     return redis.error_reply('ERR sluice: ' .. n .. ' keys want ' .. (3 + n) .. ' arguments (now, cost, want >= cost, one spec per limit), got ' .. #args)
   end
