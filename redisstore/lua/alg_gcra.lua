@@ -60,6 +60,5 @@ ALGS['gcra'] = function(key, now, cost, count, period, burst)
   debt = debt + need
   reset = ceildiv(debt, per_ms)
   local tat = at + debt
-  -- The TAT goes to Redis as a number; Redis prints it exactly.
-  return 1, floordiv(capacity - debt, per_token), 0, reset, tat, expire_ms(math.max(reset, 1))
+  return 1, floordiv(capacity - debt, per_token), 0, reset, string.format('%d', tat), expire_ms(math.max(reset, 1))
 end

@@ -87,6 +87,6 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
     end
     -- The entries just pushed live until now + period; counted from the
     -- caller's time, which a stepped-back clock puts before now.
-    redis.call('PEXPIRE', key, expire_ms(now + period - caller))
+    redis.call('PEXPIRE', key, string.format('%d', expire_ms(now + period - caller)))
   end, 0
 end

@@ -11,7 +11,7 @@
 -- 2^53 (limit.Validate guarantees it), where doubles are exact, so the
 -- arithmetic below matches Go's int64 arithmetic bit for bit, as long as
 -- two rules are kept: division goes through floordiv/ceildiv, and
--- numbers become text only in the two exact ways described below.
+-- numbers become text only as described below.
 
 -- ALGS maps an algorithm name to its function:
 --   ALGS[name] = function(key, now, cost, count, period, burst)
@@ -25,14 +25,13 @@
 -- allocation per limit per call, and what is written is one command.
 local ALGS = {}
 
--- Numbers become text three ways, and only two are exact. tostring and
--- '..' print 14 significant digits, rounding values above 1e14, and Unix
--- milliseconds times a rate get there quickly: never used on a number
--- here. string.format('%d', x) converts x to a 64-bit C long first, exact
--- below 2^53, and formats several numbers in one call. A number passed to
--- redis.call is printed by Redis with '%.17g', exact for integers below
--- 2^53 too: single numbers (a GCRA timestamp, a PX) go to Redis as they
--- are.
+-- Numbers become text through string.format('%d', x) only: it converts x
+-- to a 64-bit C long first, exact below 2^53, and formats several numbers
+-- in one call. tostring and '..' print 14 significant digits, rounding
+-- values above 1e14, and Unix milliseconds times a rate get there quickly.
+-- A number passed to redis.call as it is, is printed by Redis with
+-- '%.17g': exact, but that double formatting measured several times
+-- dearer than an integer format, so commands get text.
 
 -- floordiv returns floor(a / b) for integers a >= 0, b > 0. a / b is a
 -- rounded double, so its floor can be one off when the exact quotient is
