@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,35 +85,19 @@ func resetStats(b *testing.B, tg target) {
 }
 
 // reportServerTime reports how long the standalone server spent in one
-// EVALSHA on average, by its own count (INFO commandstats): the script's
-// cost alone, without the network and the client, and less disturbed by
-// other load on the machine than the client's latency.
+// call of the take (FCALL) or of a script (EVALSHA) on average, by its own
+// count (INFO commandstats): the call's cost alone, without the network
+// and the client, and less disturbed by other load on the machine than the
+// client's latency.
 func reportServerTime(b *testing.B, tg target) {
 	if tg.name != "Standalone" {
 		return
 	}
-	v, err := standalone.Do(context.Background(), "INFO", "commandstats")
-	if err != nil {
-		b.Fatal(err)
+	st := readStats(b)
+	if st.calls == 0 {
+		b.Fatal("INFO commandstats counted no FCALL or EVALSHA")
 	}
-	info, _ := v.(string)
-	for line := range strings.Lines(info) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(rest, ",") {
-			if us, ok := strings.CutPrefix(field, "usec_per_call="); ok {
-				f, err := strconv.ParseFloat(us, 64)
-				if err != nil {
-					b.Fatalf("commandstats usec_per_call %q: %v", us, err)
-				}
-				b.ReportMetric(f, "redis-µs/call")
-				return
-			}
-		}
-	}
-	b.Fatalf("INFO commandstats has no evalsha line: %q", info)
+	b.ReportMetric(st.usec/st.calls, "redis-µs/call")
 }
 
 // parallelism is how many goroutines per CPU the parallel benchmarks run:
