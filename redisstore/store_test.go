@@ -250,6 +250,7 @@ var hostileKeys = []string{
 	"", "a", "a}", "{a}", "a:s", "a:s:token_bucket:1000", "}{", "{", "}", "{}", " ", "a b",
 	"\x00", "a\x00b", "\xff\xfe", "k\n", "k\r\n", "ключ", "{user1000}.following", "user1000",
 	"=user1000", "%user1000", "%", "=", "sl:{=a}:s:token_bucket:1000", "a}:s:token_bucket:1000",
+	"%25", "%2", "%7B", "k:user1000", "k:user1000}:s:token_bucket:1000", "ip:203.0.113.7", "ip:2001:db8::1",
 	strings.Repeat("a", 4096), strings.Repeat("{", 4096), string(make([]byte, 4096)),
 }
 
