@@ -5,11 +5,11 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -73,7 +73,7 @@ func assemble() (takeCode, error) {
 // short deadline. It tries the function library first; if every node
 // loaded it (or had it), takes use FCALL, else EVALSHA of the script, which
 // it loads instead. A failure is logged, not returned: a node without the
-// code gets it on first use (reload, or rueidis's NOSCRIPT fallback).
+// code gets it on first use (see exec, and rueidis's NOSCRIPT fallback).
 func (s *Store) preload(ctx context.Context) {
 	nodes := s.client.Nodes()
 	functions := true
@@ -118,43 +118,48 @@ func (s *Store) exec(ctx context.Context, keys, args []string) rueidis.RedisResu
 	if !s.functions {
 		return s.script.Exec(ctx, s.client, keys, args)
 	}
-	seen := s.loads.Load()
-	resp := s.client.Do(ctx, s.fcall(keys, args))
+	resp := s.client.Do(ctx, s.client.B().Fcall().Function(s.code.function).
+		Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if !isFunctionMissing(resp.Error()) {
 		return resp
 	}
 	// The node lost its functions (restarted without persistence, FUNCTION
-	// FLUSH, a new node): the call ran nothing, so running it again after
-	// loading is safe.
-	if err := s.reload(ctx, seen); err != nil {
-		return resp
-	}
-	return s.client.Do(ctx, s.fcall(keys, args))
+	// FLUSH, a node added). The call ran nothing, so this take runs the
+	// same code as a script instead, within its own deadline, while the
+	// library is loaded again in the background: compiling it may take
+	// longer than a take's few milliseconds, and a reload bounded by them
+	// could fail for ever.
+	s.reload()
+	return s.script.Exec(ctx, s.client, keys, args)
 }
 
-// fcall builds FCALL of the take.
-func (s *Store) fcall(keys, args []string) rueidis.Completed {
-	return s.client.B().Fcall().Function(s.code.function).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-}
+// reloadTimeout bounds one background reload of the library on every node.
+const reloadTimeout = 10 * time.Second
 
-// reload loads the library on every node again, once for all the takes
-// that found it missing at the same time: a take that saw seen reloads
-// ended waits for the reload under way, if any, and then loads only if
-// none ended since.
-func (s *Store) reload(ctx context.Context, seen uint64) error {
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
-	if s.loads.Load() != seen {
-		return nil
+// reload starts loading the library on every node again, unless a reload
+// is under way or the store is closing. Close waits for it.
+func (s *Store) reload() {
+	if !s.reloading.CompareAndSwap(false, true) {
+		return
 	}
-	defer s.loads.Add(1)
-	var errs []error
-	for addr, node := range s.client.Nodes() {
-		if err := loadLibrary(ctx, node, s.code.library); err != nil && !isReadOnly(err) {
-			errs = append(errs, fmt.Errorf("load on %s: %w", addr, err))
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.stopping {
+		s.reloading.Store(false)
+		return
+	}
+	s.reloads.Add(1)
+	go func() {
+		defer s.reloads.Done()
+		defer s.reloading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+		defer cancel()
+		for addr, node := range s.client.Nodes() {
+			if err := loadLibrary(ctx, node, s.code.library); err != nil && !isReadOnly(err) {
+				s.log.Warn("redis function library not reloaded; takes on the node run as scripts meanwhile", "node", addr, "error", err)
+			}
 		}
-	}
-	return errors.Join(errs...)
+	}()
 }
 
 // isFunctionMissing reports whether err is a node saying it has no such

@@ -120,10 +120,13 @@ type Store struct {
 	// takes call it with FCALL; false means EVALSHA of script. Set in New
 	// only.
 	functions bool
-	script    *rueidis.Lua // code.script, run by digest when !functions
-	loadMu    sync.Mutex    // held while reloading the library after a node lost it
-	loads     atomic.Uint64 // how many reloads have ended; see reload
-	prefix    string
+	script    *rueidis.Lua // code.script, run by digest when !functions, and while a node lacks the library
+	reloading atomic.Bool  // a reload of the library is under way; see exec
+	// reloadMu guards stopping, and reloads.Add against reloads.Wait.
+	reloadMu sync.Mutex
+	stopping bool           // set by Close: start no more reloads
+	reloads  sync.WaitGroup // reloads under way; Close waits for them
+	prefix   string
 	now    func() time.Time
 	log    *slog.Logger
 	seeds  []string
@@ -241,7 +244,7 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Close stops the store's slot map refreshes and closes its connections,
-// waiting for Takes in flight. Takes after Close fail with ErrUnavailable.
+// waiting for Takes in flight and for a reload of the take's code under way. Takes after Close fail with ErrUnavailable.
 // Closing twice does nothing more.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
@@ -250,6 +253,10 @@ func (s *Store) Close() {
 			s.stopRefresh()
 			<-s.refreshDone
 		}
+		s.reloadMu.Lock()
+		s.stopping = true
+		s.reloadMu.Unlock()
+		s.reloads.Wait()
 		s.client.Close()
 	})
 }

@@ -296,9 +296,10 @@ func trim(s string) string {
 }
 
 // TestReloadsAfterFlush empties every node of functions and scripts, as a
-// restart without persistence does, and checks that takes go on: the
-// library is loaded again when a node says it has no such function, and
-// the script by rueidis on NOSCRIPT.
+// restart without persistence does, and checks that takes go on: a node
+// that says it has no such function gets the take as a script meanwhile
+// and the library again in the background, and the script is sent again
+// by rueidis on NOSCRIPT.
 func TestReloadsAfterFlush(t *testing.T) {
 	for _, tg := range targets {
 		for _, mode := range []string{"functions", "scripts"} {
@@ -330,6 +331,29 @@ func TestReloadsAfterFlush(t *testing.T) {
 				}
 				if g, d, err := s.TakeUpTo(t.Context(), req, 3); err != nil || g != 3 || d.Remaining != 4 {
 					t.Errorf("TakeUpTo 3 after a flush: granted %d, remaining %d, error %v; want 3 and 4", g, d.Remaining, err)
+				}
+				if mode == "scripts" {
+					return
+				}
+				// The library comes back on the node that answered "Function
+				// not found", in the background.
+				owner := standalone
+				if tg.name == "Cluster" {
+					var err error
+					if owner, err = cluster.NodeForSlot(t.Context(), int(redisstore.Slot(req.Key))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					v, err := owner.Do(t.Context(), "FUNCTION", "LIST", "LIBRARYNAME", "sluice_*")
+					if libs, ok := v.([]any); err == nil && ok && len(libs) > 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("FUNCTION LIST on %s 5s after the flush: %v, %v; want the library back", owner.Addr(), v, err)
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
 			})
 		}
