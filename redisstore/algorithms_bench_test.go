@@ -113,7 +113,9 @@ func TestMeasureMemory(t *testing.T) {
 		key  func() string
 	}{
 		{"k:key_<24 hex>", func() string { return fmt.Sprintf("k:key_%024x", rng.Uint64()) }},
-		{"ip:<IPv4>", func() string { return fmt.Sprintf("ip:%d.%d.%d.%d", 1+rng.IntN(223), rng.IntN(256), rng.IntN(256), rng.IntN(256)) }},
+		{"ip:<IPv4>", func() string {
+			return fmt.Sprintf("ip:%d.%d.%d.%d", 1+rng.IntN(223), rng.IntN(256), rng.IntN(256), rng.IntN(256))
+		}},
 	}
 	for _, shape := range shapes {
 		for _, alg := range limit.Algorithms {

@@ -4,11 +4,11 @@
 // A Take is one call of one Lua function on one Redis node: it refills,
 // checks and takes every limit of the request atomically, reading Redis's
 // own clock. TakeUpTo, which token leases draw their batches with, is the
-// same call asked for more. All
-// buckets of one request key share a hash tag, so they live in one cluster
-// slot and one script reaches them all. The script's arithmetic is the same
-// integer arithmetic as limit.Evaluate, so a decision never depends on which
-// store made it; the conformance suite in limit/limittest checks this.
+// same call asked for more. All buckets of one request key share a hash
+// tag, so they live in one cluster slot and one call reaches them all. The
+// Lua arithmetic is the same integer arithmetic as limit.Evaluate, so a
+// decision never depends on which store made it; the conformance suite in
+// limit/limittest checks this.
 //
 // The client is rueidis: it pipelines concurrent commands on a few
 // connections per node without being asked, discovers a cluster from any
@@ -120,16 +120,18 @@ type Store struct {
 	// takes call it with FCALL; false means EVALSHA of script. Set in New
 	// only.
 	functions bool
-	script    *rueidis.Lua // code.script, run by digest when !functions, and while a node lacks the library
-	reloading atomic.Bool  // a reload of the library is under way; see exec
+	// script is code.script, run by digest when !functions, and by a take
+	// that found its node without the library.
+	script    *rueidis.Lua
+	reloading atomic.Bool // a reload of the library is under way; see exec
 	// reloadMu guards stopping, and reloads.Add against reloads.Wait.
 	reloadMu sync.Mutex
 	stopping bool           // set by Close: start no more reloads
 	reloads  sync.WaitGroup // reloads under way; Close waits for them
 	prefix   string
-	now    func() time.Time
-	log    *slog.Logger
-	seeds  []string
+	now      func() time.Time
+	log      *slog.Logger
+	seeds    []string
 
 	scratch sync.Pool // *scratch, reused by Take to build its command
 
@@ -244,8 +246,9 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Close stops the store's slot map refreshes and closes its connections,
-// waiting for Takes in flight and for a reload of the take's code under way. Takes after Close fail with ErrUnavailable.
-// Closing twice does nothing more.
+// waiting for Takes in flight and for a reload of the take's code under
+// way. Takes after Close fail with ErrUnavailable. Closing twice does
+// nothing more.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
