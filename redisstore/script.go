@@ -71,8 +71,8 @@ func assemble() (takeCode, error) {
 // preload puts the take's code on every node the client knows, replicas
 // too, so that no request pays for loading and compiling it inside its
 // short deadline. It tries the function library first; if every node
-// loaded it (or had it), takes use FCALL, else EVALSHA of the script, which
-// it loads instead. A failure is logged, not returned: a node without the
+// loaded it (or had it, or is a replica, which gets it from its primary),
+// takes use FCALL, else EVALSHA of the script, which it loads instead. A failure is logged, not returned: a node without the
 // code gets it on first use (see exec, and rueidis's NOSCRIPT fallback).
 func (s *Store) preload(ctx context.Context) {
 	nodes := s.client.Nodes()
@@ -88,7 +88,10 @@ func (s *Store) preload(ctx context.Context) {
 			// A replica takes the library from its primary's replication
 			// stream (functions replicate, scripts do not).
 		default:
-			s.log.Warn("redis function library not preloaded; reloaded when a take finds it missing", "node", addr, "error", err)
+			// NOPERM for an ACL user without FUNCTION, a timeout: scripts
+			// work wherever EVALSHA does, so use them everywhere.
+			functions = false
+			s.log.Warn("redis function library not loaded; takes run as scripts", "node", addr, "error", err)
 		}
 	}
 	s.functions = functions
@@ -100,7 +103,7 @@ func (s *Store) preload(ctx context.Context) {
 			s.log.Warn("redis script not preloaded; the node loads it on first use", "node", addr, "error", err)
 		}
 	}
-	s.log.Info("redis has no functions (before Redis 7): takes run as scripts by EVALSHA")
+	s.log.Info("takes run as scripts by EVALSHA: not every node loaded the function library")
 }
 
 // loadLibrary loads the library on one node. A library of that name
@@ -133,15 +136,27 @@ func (s *Store) exec(ctx context.Context, keys, args []string) rueidis.RedisResu
 	return s.script.Exec(ctx, s.client, keys, args)
 }
 
-// reloadTimeout bounds one background reload of the library on every node.
-const reloadTimeout = 10 * time.Second
+const (
+	// reloadTimeout bounds one background reload of the library on every
+	// node.
+	reloadTimeout = 10 * time.Second
+	// reloadEvery is the least time between the starts of two reloads, so
+	// that a node that keeps refusing the library costs a reload and a log
+	// line a second, not one per take.
+	reloadEvery = time.Second
+)
 
 // reload starts loading the library on every node again, unless a reload
-// is under way or the store is closing. Close waits for it.
+// is under way or started less than reloadEvery ago, or the store is
+// closing. Close waits for it.
 func (s *Store) reload() {
+	if last := s.lastReload.Load(); last != 0 && time.Since(time.Unix(0, last)) < reloadEvery {
+		return
+	}
 	if !s.reloading.CompareAndSwap(false, true) {
 		return
 	}
+	s.lastReload.Store(time.Now().UnixNano())
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	if s.stopping {

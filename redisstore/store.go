@@ -122,8 +122,9 @@ type Store struct {
 	functions bool
 	// script is code.script, run by digest when !functions, and by a take
 	// that found its node without the library.
-	script    *rueidis.Lua
-	reloading atomic.Bool // a reload of the library is under way; see exec
+	script     *rueidis.Lua
+	reloading  atomic.Bool  // a reload of the library is under way; see exec
+	lastReload atomic.Int64 // when the last reload started, Unix ns; 0 never
 	// reloadMu guards stopping, and reloads.Add against reloads.Wait.
 	reloadMu sync.Mutex
 	stopping bool           // set by Close: start no more reloads

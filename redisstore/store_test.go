@@ -683,3 +683,23 @@ func TestSlotMatchesRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptsWhenFunctionsRefused connects as an ACL user who may not load
+// functions, as on a managed Redis with a narrow user: the store runs its
+// takes as scripts, and they answer as ever.
+func TestScriptsWhenFunctionsRefused(t *testing.T) {
+	srv := redistest.Standalone(t)
+	if _, err := srv.Do(t.Context(), "ACL", "SETUSER", "gateway", "on", ">s3cret", "~*", "&*", "+@all", "-function"); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, redisstore.Config{Addrs: []string{srv.Addr()}, Username: "gateway", Password: "s3cret"})
+	if redisstore.UsesFunctions(s) {
+		t.Fatal("a user refused FUNCTION LOAD: the store says it calls functions, want scripts")
+	}
+	req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{perSecond("s", 1, 3)}}
+	for i, want := range []int64{2, 1} {
+		if d := take(t, s, req); !d.Allowed || d.Remaining != want {
+			t.Errorf("take %d: allowed %v remaining %d, want allowed with %d left", i+1, d.Allowed, d.Remaining, want)
+		}
+	}
+}
