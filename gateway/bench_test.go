@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -178,11 +179,14 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // one through limiter and proxy, alternating, so both see the same machine
 // at the same moment. It reports each path's p50 and p99 and their
 // difference in microseconds, with the in-process store and with a local
-// redis-server.
+// redis-server behind the production stack (pipeline.New: leases, guard,
+// store), as the gateway binary runs it.
 func BenchmarkAddedLatency(b *testing.B) {
 	b.Run("memstore", func(b *testing.B) { benchAddedLatency(b, nil) })
 	b.Run("redis", func(b *testing.B) {
-		s, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{redistest.Standalone(b).Addr()}})
+		s, err := pipeline.New(context.Background(), pipeline.Config{
+			Redis: redisstore.Config{Addrs: []string{redistest.Standalone(b).Addr()}}, Gateways: 1,
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
