@@ -94,10 +94,9 @@ const DefaultStale = 5 * time.Minute
 // before the inner store counts it. It is safe for concurrent use. It
 // starts no goroutines; the caller owns the inner store and closes it.
 type Store struct {
-	inner   limit.Store
-	sourced sourcedStore // inner, if it names its sources
-	cfg     Config
-	even    uint32
+	inner limit.Store
+	cfg   Config
+	even  uint32
 
 	table   atomic.Pointer[Table]
 	contact atomic.Int64 // Unix nanoseconds of the last Set or Touch; 0: never
@@ -108,12 +107,6 @@ type Store struct {
 	total  atomic.Int64 // tokens asked for since the last Usage, every key
 	since  atomic.Int64 // Unix nanoseconds of the last Usage (or of New)
 	mu     sync.Mutex   // serializes Usage
-}
-
-// sourcedStore is the gateway's interface for stores that say which path
-// answered; the layer passes the inner store's answer through.
-type sourcedStore interface {
-	TakeSourced(ctx context.Context, req *limit.Request) (limit.Decision, string, error)
 }
 
 var (
@@ -147,7 +140,6 @@ func New(inner limit.Store, cfg Config) (*Store, error) {
 	}
 	s := &Store{inner: inner, cfg: cfg, even: uint32(Whole / cfg.Regions), seed: maphash.MakeSeed(),
 		shards: make([]usageShard, usageShards)}
-	s.sourced, _ = inner.(sourcedStore)
 	for i := range s.shards {
 		s.shards[i].m = map[Pair]*counter{}
 	}
@@ -240,33 +232,16 @@ func (s *Store) lookup(v view, p Pair) uint32 {
 }
 
 // Take scales req's limits to this region's shares and passes it to the
-// inner store. A limit whose share rounds to nothing refuses at once, for
-// its period, without calling the inner store.
+// inner store, whose Decision (and Source) it returns. A limit whose share
+// rounds to nothing refuses at once, for its period, without calling the
+// inner store, from FromRegionShare.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	d, _, err := s.TakeSourced(ctx, req)
-	return d, err
-}
-
-// TakeSourced is Take that also names the path that answered: the inner
-// store's when it says, and "region-share" for a share too small to admit
-// anything.
-func (s *Store) TakeSourced(ctx context.Context, req *limit.Request) (limit.Decision, string, error) {
 	scaled, refused, ok := s.scale(req)
 	if !ok {
 		s.record(req, req.EffectiveCost(), 0)
-		return refused, SourceNoShare, nil
+		return refused, nil
 	}
-	var (
-		d   limit.Decision
-		src string
-		err error
-	)
-	if s.sourced != nil {
-		d, src, err = s.sourced.TakeSourced(ctx, scaled)
-	} else {
-		d, err = s.inner.Take(ctx, scaled)
-		src = string(d.Source)
-	}
+	d, err := s.inner.Take(ctx, scaled)
 	if err == nil {
 		admitted := int64(0)
 		if d.Allowed {
@@ -274,12 +249,13 @@ func (s *Store) TakeSourced(ctx context.Context, req *limit.Request) (limit.Deci
 		}
 		s.record(req, req.EffectiveCost(), admitted)
 	}
-	return d, src, err
+	return d, err
 }
 
-// SourceNoShare is the source of a refusal because this region's share of a
-// limit rounds to nothing.
-const SourceNoShare = "region-share"
+// FromRegionShare is the Source of a refusal because this region's share
+// of a limit rounds to nothing: the balancer has given the key's traffic
+// to other regions.
+const FromRegionShare limit.Source = "region-share"
 
 // scale returns req with every limit scaled to its share. When a share is
 // too small to admit anything it returns the refusal to answer instead.
@@ -289,7 +265,7 @@ func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool)
 	for i, l := range req.Limits {
 		sl, ok := Scale(l, s.lookup(v, Pair{req.Key, l.Name}))
 		if !ok {
-			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period}, false
+			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: FromRegionShare}, false
 		}
 		out.Limits[i] = sl
 	}

@@ -147,13 +147,13 @@ func TestZeroShareRefuses(t *testing.T) {
 	if err := s.Set(&share.Table{Version: 1, Default: 0}); err != nil {
 		t.Fatal(err)
 	}
-	d, src, err := s.TakeSourced(context.Background(), &limit.Request{Key: "k:a",
+	d, err := s.Take(context.Background(), &limit.Request{Key: "k:a",
 		Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}, {Name: "m", Count: 100, Period: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Allowed || d.Index != 0 || d.RetryAfter != time.Second || src != share.SourceNoShare {
-		t.Errorf("got %+v from %q, want a refusal by limit 0 for 1s from %q", d, src, share.SourceNoShare)
+	if d.Allowed || d.Index != 0 || d.RetryAfter != time.Second || d.Source != share.FromRegionShare {
+		t.Errorf("got %+v, want a refusal by limit 0 for 1s from %q", d, share.FromRegionShare)
 	}
 }
 

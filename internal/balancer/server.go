@@ -64,6 +64,8 @@ type Server struct {
 	started time.Time
 	active  atomic.Bool // false while a standby's primary answers
 	metrics *metrics
+	stopped chan struct{} // closed when Run returns: held polls answer at once
+	stop    sync.Once
 
 	mu      sync.Mutex
 	core    *Core         // guarded by mu
@@ -105,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.Interval}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, started: cfg.Now(), core: core, changed: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, started: cfg.Now(), core: core, changed: make(chan struct{}), stopped: make(chan struct{})}
 	s.active.Store(cfg.Primary == "")
 	if s.metrics, err = newMetrics(cfg.Regions, cfg.Registerer); err != nil {
 		return nil, err
@@ -114,8 +116,10 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Run recomputes the shares every interval until ctx is done. A standby
-// also watches its primary. It returns nil when ctx is done.
+// also watches its primary. It returns nil when ctx is done, and then the
+// polls it holds answer at once, so that a shutdown need not wait them out.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.stop.Do(func() { close(s.stopped) })
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	var primaryDown time.Time // when the primary first failed to answer; zero while it answers
@@ -322,6 +326,9 @@ func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		case <-r.Context().Done():
+			return
+		case <-s.stopped:
+			w.WriteHeader(http.StatusNotModified)
 			return
 		}
 	}
