@@ -106,6 +106,7 @@ type Store struct {
 	shards []usageShard
 	total  atomic.Int64 // tokens asked for since the last Usage, every key
 	since  atomic.Int64 // Unix nanoseconds of the last Usage (or of New)
+	born   int64        // Unix nanoseconds of New
 	mu     sync.Mutex   // serializes Usage
 }
 
@@ -143,7 +144,8 @@ func New(inner limit.Store, cfg Config) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].m = map[Pair]*counter{}
 	}
-	s.since.Store(cfg.Now().UnixNano())
+	s.born = cfg.Now().UnixNano()
+	s.since.Store(s.born)
 	if cfg.Registerer != nil {
 		if err := registerMetrics(s, cfg.Registerer); err != nil {
 			return nil, err
@@ -177,7 +179,7 @@ func (s *Store) Current() *Table { return s.table.Load() }
 func (s *Store) Age() time.Duration {
 	c := s.contact.Load()
 	if c == 0 {
-		c = s.since.Load()
+		c = s.born
 	}
 	return s.cfg.Now().Sub(time.Unix(0, c))
 }

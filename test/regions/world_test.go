@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -81,31 +82,39 @@ func (w *world) startGateway(i int) {
 // by region index; nil while the key is not balanced or the balancer has
 // none yet.
 func (w *world) shares(key string) []float64 {
+	s, _ := w.sharesAt(key)
+	return s
+}
+
+// sharesAt is shares with the version of the balancer's shares they are
+// from.
+func (w *world) sharesAt(key string) ([]float64, int64) {
 	w.t.Helper()
 	resp, err := http.Get(w.balancer.URL + balancer.KeyPath + "k:" + key)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	defer resp.Body.Close()
 	var ks balancer.KeyShares
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&ks) != nil || !ks.Balanced {
-		return nil
+		return nil, 0
 	}
 	out := make([]float64, len(regionNames))
 	for i, r := range regionNames {
 		out[i] = ks.Limits["s"][r].Fraction
 	}
-	return out
+	return out, ks.Version
 }
 
 // waitShares polls the balancer every 20 ms until cond holds for a key's
-// shares, and returns how long that took; it fails the test after limit.
-func (w *world) waitShares(key, what string, limit time.Duration, cond func([]float64) bool) time.Duration {
+// shares, and returns how long that took and the version of the shares
+// that met it; it fails the test after limit.
+func (w *world) waitShares(key, what string, limit time.Duration, cond func([]float64) bool) (time.Duration, int64) {
 	w.t.Helper()
 	start := time.Now()
 	for {
-		if s := w.shares(key); s != nil && cond(s) {
-			return time.Since(start)
+		if s, v := w.sharesAt(key); s != nil && cond(s) {
+			return time.Since(start), v
 		}
 		if time.Since(start) > limit {
 			w.t.Fatalf("%s: not within %v; shares of %s now %v", what, limit, key, w.shares(key))
@@ -258,4 +267,82 @@ func statuses(hs []hit) map[int]int {
 		m[h.status]++
 	}
 	return m
+}
+
+// delayProxy forwards TCP connections to the server at url, delivering
+// every byte delay after it arrived in either direction, and returns the
+// proxy's URL. The test's cleanup stops it.
+func delayProxy(t *testing.T, url string, delay time.Duration) string {
+	t.Helper()
+	target := strings.TrimPrefix(url, "http://")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				var pipes sync.WaitGroup
+				pipes.Go(func() { delayCopy(u, c, delay); u.Close(); c.Close() })
+				pipes.Go(func() { delayCopy(c, u, delay); u.Close(); c.Close() })
+				pipes.Wait()
+			})
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// delayCopy copies src to dst, each chunk delay after it was read.
+func delayCopy(dst io.Writer, src io.Reader, delay time.Duration) {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	ch := make(chan chunk, 1024)
+	go func() {
+		defer close(ch)
+		for {
+			b := make([]byte, 32<<10)
+			n, err := src.Read(b)
+			if n > 0 {
+				ch <- chunk{b[:n], time.Now().Add(delay)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range ch {
+		time.Sleep(time.Until(c.at))
+		if _, err := dst.Write(c.b); err != nil {
+			for range ch {
+			}
+			return
+		}
+	}
+}
+
+// waitGateway waits until region i's gateway runs shares of version at
+// least v.
+func (w *world) waitGateway(i int, v float64) {
+	w.t.Helper()
+	start := time.Now()
+	for metric(w.t, w.gateways[i].MetricsURL, "sluice_region_share_version") < v {
+		if time.Since(start) > 20*time.Second {
+			w.t.Fatalf("%s's gateway still runs shares older than version %.0f", regionNames[i], v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
