@@ -25,6 +25,10 @@ import (
 	"github.com/sluice-rl/sluice/share"
 )
 
+// envBalancerToken holds the bearer token the balancer asks gateways for,
+// on both sides.
+const envBalancerToken = "SLUICE_BALANCER_TOKEN"
+
 // balancerOptions are the balancer's command-line flags.
 type balancerOptions struct {
 	cfg             balancer.Config
@@ -67,7 +71,8 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 		fmt.Fprintln(stderr, "Runs the quota balancer: gateways of every region report their busiest keys,")
 		fmt.Fprintln(stderr, "and each region gets a share of each busy key's global limit in proportion")
 		fmt.Fprintln(stderr, "to its traffic. Serves gateways under /v1, a key's shares at /v1/keys/KEY,")
-		fmt.Fprintln(stderr, "/healthz and /metrics. See docs/regions.md.")
+		fmt.Fprintln(stderr, "/healthz and /metrics. Gateways must send the bearer token in $"+envBalancerToken)
+		fmt.Fprintln(stderr, "when it is set. See docs/regions.md.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -116,6 +121,9 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
+	if o.cfg.Token = os.Getenv(envBalancerToken); o.cfg.Token == "" {
+		logger.Warn("no $" + envBalancerToken + ": anyone who reaches the balancer can report traffic and move keys' shares")
+	}
 	srv, err := balancer.New(o.cfg)
 	if err != nil {
 		return err
@@ -197,6 +205,7 @@ func shareConfig(opts gatewayOptions) (*share.Config, error) {
 func followBalancer(s *share.Store, opts gatewayOptions, logger *slog.Logger) (stop func(), err error) {
 	o := opts.Shares
 	c, err := balancer.NewClient(balancer.ClientConfig{URLs: o.URLs, Region: regionOf(opts), Gateway: gatewayName(opts), Store: s,
+		Token: os.Getenv(envBalancerToken),
 		// Polls answer well within the stale timeout, so that a live
 		// balancer keeps shares fresh however long it holds a poll.
 		Interval: o.Interval, Wait: min(25*time.Second, o.Stale/4), Logger: logger})

@@ -33,6 +33,8 @@ type ClientConfig struct {
 	Gateway string
 	// Store is the share layer the shares go to and the usage comes from.
 	Store *share.Store
+	// Token is the bearer token the balancer asks for, if any.
+	Token string
 	// Interval is how often usage is reported. Zero means 10 seconds.
 	Interval time.Duration
 	// Top is how many of the busiest limits of keys each report carries,
@@ -166,6 +168,7 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
+	c.auth(req)
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
@@ -236,6 +239,7 @@ func (c *Client) report(ctx context.Context, u *url.URL) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	c.auth(req)
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -245,6 +249,12 @@ func (c *Client) report(ctx context.Context, u *url.URL) error {
 		return fmt.Errorf("report: %s", describe(resp))
 	}
 	return nil
+}
+
+func (c *Client) auth(req *http.Request) {
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
 }
 
 // validPairs returns the pairs of ps a report may carry.

@@ -3,6 +3,7 @@ package balancer
 import (
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +45,11 @@ type Config struct {
 	// answers, and takes over once the primary has failed to answer for
 	// DownAfter; it steps back when the primary answers again.
 	Primary string
+	// Token, if set, is the bearer token gateways must send on ReportPath
+	// and SharesPath: without it anyone who reaches the balancer could
+	// report traffic and move a key's shares. KeyPath and /healthz stay
+	// open.
+	Token string
 	// HTTPClient checks the primary. Nil means a client with a timeout of
 	// one interval.
 	HTTPClient *http.Client
@@ -234,8 +240,8 @@ func sameShares(a, b *Plan) bool {
 // KeyPath and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+ReportPath, s.serveReport)
-	mux.HandleFunc("GET "+SharesPath, s.serveShares)
+	mux.HandleFunc("POST "+ReportPath, s.authorized(s.serveReport))
+	mux.HandleFunc("GET "+SharesPath, s.authorized(s.serveShares))
 	mux.HandleFunc("GET "+KeyPath+"{key...}", s.serveKey)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.active.Load() {
@@ -245,6 +251,22 @@ func (s *Server) Handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	return mux
+}
+
+// authorized refuses requests without the bearer token, when there is one.
+func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
+	if s.cfg.Token == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.cfg.Token)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			fail(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+			return
+		}
+		h(w, r)
+	}
 }
 
 // fail writes an error answer.

@@ -215,3 +215,48 @@ func TestStandbyTakesOver(t *testing.T) {
 		t.Errorf("standby after takeover: got %d %+v, want us up and eu down", code, ks)
 	}
 }
+
+// TestToken checks that with a token the balancer refuses reports and
+// polls without it, and a client that has it gets its shares.
+func TestToken(t *testing.T) {
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	for _, u := range []string{"/v1/shares?region=us"} {
+		resp, err := http.Get(hs.URL + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: got %d, want 401", u, resp.StatusCode)
+		}
+	}
+	resp, err := http.Post(hs.URL+balancer.ReportPath, "application/json", stringsReader(`{"region":"us","gateway":"g","span_ms":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("report without the token: got %d, want 401", resp.StatusCode)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { srv.Run(ctx) })
+	st, err := share.New(memstore.New(memstore.Config{}), share.Config{Regions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{hs.URL}, Region: "us", Gateway: "us-1", Store: st, Token: "s3cret",
+		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { c.Run(ctx) })
+	waitFor(t, "shares with the token", func() bool { return st.Current() != nil })
+}

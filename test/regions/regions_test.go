@@ -198,9 +198,6 @@ func TestRegionKilled(t *testing.T) {
 	returned, _ := w.waitShares("spread", "ap's share to come back", 20*time.Second, even)
 	t.Logf("ap killed: its share moved to us and eu after %v (down after %v); back %v after its gateway listened again",
 		gone.Round(10*time.Millisecond), 3*interval, returned.Round(10*time.Millisecond))
-	if gone < 3*interval-interval {
-		t.Errorf("ap's share moved %v after it died, before the down-after time %v", gone, 3*interval)
-	}
 }
 
 // TestSlowBalancer puts a proxy that delays every byte by one second

@@ -18,6 +18,10 @@ import (
 	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
+// tokenEnv gives the balancer and the gateways the bearer token they
+// share, as deployed.
+var tokenEnv = []string{"SLUICE_BALANCER_TOKEN=regions-test-token"}
+
 // interval is the balancer's and the gateways' interval in these tests:
 // 10 s in production.
 const interval = 200 * time.Millisecond
@@ -66,13 +70,13 @@ func newWorld(t *testing.T, stale time.Duration, proxy func(string) string, rule
 }
 
 func (w *world) startBalancer() {
-	w.balancer = sluice.Start(w.t, "balancer", "--listen", "127.0.0.1:0", "--regions", strings.Join(regionNames, ","),
+	w.balancer = sluice.StartEnv(w.t, tokenEnv, "balancer", "--listen", "127.0.0.1:0", "--regions", strings.Join(regionNames, ","),
 		"--interval", interval.String(), "--poll-timeout", "1s")
 }
 
 // startGateway starts region i's gateway on its Redis.
 func (w *world) startGateway(i int) {
-	w.gateways[i] = sluice.Start(w.t, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+	w.gateways[i] = sluice.StartEnv(w.t, tokenEnv, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--rules", w.rules, "--redis", redises[i].Addr(), "--redis-timeout", "200ms",
 		"--region", regionNames[i], "--gateway-id", regionNames[i]+"-1", "--regions", strings.Join(regionNames, ","),
 		"--balancer-url", w.balancerURL, "--share-interval", interval.String(), "--share-stale", w.stale.String())
