@@ -24,8 +24,8 @@ import (
 // required; the zero value of every other field means its default.
 type ClientConfig struct {
 	// URLs are the balancer's base URLs, the active one first: the client
-	// uses the first that answers and goes back to the first after a
-	// failure of the one it uses.
+	// moves to the next when the one it uses cannot be reached or answers
+	// as a standby, and so comes back round to the first.
 	URLs []string
 	// Region is the gateway's region.
 	Region string
@@ -121,6 +121,10 @@ func (c *Client) Run(ctx context.Context) {
 
 func (c *Client) base() *url.URL { return c.urls[int(c.cur.Load())%len(c.urls)] }
 
+// errTryNext marks a failed call that another balancer might answer: the
+// balancer could not be reached, or is a standby.
+var errTryNext = errors.New("try the next balancer")
+
 // failed moves to the next balancer URL after a failed call to u.
 func (c *Client) failed(u *url.URL) {
 	if len(c.urls) > 1 && c.base() == u {
@@ -140,7 +144,9 @@ func (c *Client) pollLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		c.failed(u)
+		if errors.Is(err, errTryNext) {
+			c.failed(u)
+		}
 		d := backoff/2 + rand.N(backoff/2+1)
 		c.log.Warn("balancer poll failed; keeping the current region shares", "balancer", u.String(), "err", err,
 			"retry_in", d, "share_age", c.cfg.Store.Age().String())
@@ -171,7 +177,7 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 	c.auth(req)
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("poll: %w", err)
+		return fmt.Errorf("poll: %w (%w)", err, errTryNext)
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
@@ -180,6 +186,9 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 		return nil
 	case http.StatusOK:
 	default:
+		if resp.Header.Get(StandbyHeader) != "" {
+			return fmt.Errorf("poll: %s (%w)", describe(resp), errTryNext)
+		}
 		return fmt.Errorf("poll: %s", describe(resp))
 	}
 	var sh Shares

@@ -67,8 +67,8 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	started time.Time
-	active  atomic.Bool // false while a standby's primary answers
+	active  atomic.Bool  // false while a standby's primary answers
+	since   atomic.Int64 // Unix nanoseconds since which it has been active (or since New)
 	metrics *metrics
 	stopped chan struct{} // closed when Run returns: held polls answer at once
 	stop    sync.Once
@@ -113,8 +113,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.Interval}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, started: cfg.Now(), core: core, changed: make(chan struct{}), stopped: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, core: core, changed: make(chan struct{}), stopped: make(chan struct{})}
 	s.active.Store(cfg.Primary == "")
+	s.since.Store(cfg.Now().UnixNano())
 	if s.metrics, err = newMetrics(cfg.Regions, cfg.Registerer); err != nil {
 		return nil, err
 	}
@@ -148,6 +149,10 @@ func (s *Server) watchPrimary(ctx context.Context, down time.Time) time.Time {
 	now := s.cfg.Now()
 	if s.primaryAnswers(ctx) {
 		if s.active.CompareAndSwap(true, false) {
+			// Its shares would be stale by its next takeover.
+			s.mu.Lock()
+			s.cur = nil
+			s.mu.Unlock()
 			s.log.Info("primary balancer answers again; standing by", "primary", s.cfg.Primary)
 		}
 		return time.Time{}
@@ -155,7 +160,9 @@ func (s *Server) watchPrimary(ctx context.Context, down time.Time) time.Time {
 	if down.IsZero() {
 		down = now
 	}
-	if now.Sub(down) >= s.cfg.DownAfter && s.active.CompareAndSwap(false, true) {
+	if now.Sub(down) >= s.cfg.DownAfter && !s.active.Load() {
+		s.since.Store(now.UnixNano())
+		s.active.Store(true)
 		s.log.Warn("primary balancer does not answer; taking over", "primary", s.cfg.Primary, "since", down)
 	}
 	return down
@@ -175,15 +182,16 @@ func (s *Server) primaryAnswers(ctx context.Context) bool {
 }
 
 // Rebalance recomputes the shares now and publishes them if they changed.
-// Until one interval has passed since New, it only gathers reports: a
-// balancer that has just started has not heard from every region yet.
+// Until DownAfter has passed since New (or since a standby took over), it
+// only gathers reports: a balancer that has just started has not heard
+// from every region yet, and would count the quiet ones as down.
 func (s *Server) Rebalance() {
 	start := time.Now()
 	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	plan := s.core.Rebalance(now)
-	if plan == nil || now.Sub(s.started) < s.cfg.Interval || !s.active.Load() {
+	if plan == nil || now.Sub(time.Unix(0, s.since.Load())) < s.cfg.DownAfter || !s.active.Load() {
 		s.metrics.rebalanced(plan, time.Since(start))
 		return
 	}
@@ -278,12 +286,24 @@ func fail(w http.ResponseWriter, status int, err error) {
 	}{err.Error()})
 }
 
-// errStandby answers gateways while a standby's primary answers.
+// errStandby answers gateways while a standby's primary answers, with
+// StandbyHeader set.
 var errStandby = errors.New("standby balancer: the primary answers; ask it")
+
+// StandbyHeader is set to "1" on a standby's 503 answers: the client
+// should ask another balancer, while any other 503 (no shares yet) means
+// wait for this one.
+const StandbyHeader = "Sluice-Standby"
+
+// standby answers a gateway's call to a standby.
+func standby(w http.ResponseWriter) {
+	w.Header().Set(StandbyHeader, "1")
+	fail(w, http.StatusServiceUnavailable, errStandby)
+}
 
 func (s *Server) serveReport(w http.ResponseWriter, r *http.Request) {
 	if !s.active.Load() {
-		fail(w, http.StatusServiceUnavailable, errStandby)
+		standby(w)
 		return
 	}
 	var rep Report
@@ -323,7 +343,7 @@ func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
 	}
 	wait = min(wait, s.cfg.MaxWait)
 	if !s.active.Load() {
-		fail(w, http.StatusServiceUnavailable, errStandby)
+		standby(w)
 		return
 	}
 	timer := time.NewTimer(wait)
