@@ -13,7 +13,9 @@
 // balancer where traffic is.
 //
 // A table that has not been confirmed by the balancer for Config.Stale (5
-// minutes) loses its per-key shares: every key then gets the default share.
+// minutes) loses its per-key shares: every key then gets the default share,
+// or its last share if that was smaller, so that regions that go stale at
+// different moments never add up to more than the whole.
 // Before the first table, the default is an even split between
 // Config.Regions.
 package share
@@ -73,8 +75,9 @@ type Config struct {
 	// each gets an even split, Whole / Regions.
 	Regions int
 	// Stale is how long a table stays in force without the balancer
-	// confirming it; after that only its default share applies. Zero means
-	// 5 minutes.
+	// confirming it; after that each key gets the table's default share,
+	// or its own share in the table if that is smaller. Zero means 5
+	// minutes.
 	Stale time.Duration
 	// MaxTracked bounds how many pairs Usage counts per interval beyond the
 	// table's own. Zero means 10000.
@@ -225,12 +228,18 @@ func (s *Store) lookup(v view, p Pair) uint32 {
 	if v.t == nil {
 		return s.even
 	}
-	if v.fresh {
-		if sh, ok := v.t.Shares[p]; ok {
-			return sh
-		}
+	sh, ok := v.t.Shares[p]
+	switch {
+	case !ok:
+		return v.t.Default
+	case v.fresh:
+		return sh
 	}
-	return v.t.Default
+	// Stale: the default, but never more than the key's last share. Other
+	// regions may still run the same table fresh, or have gone stale
+	// already; either way each region's share is at most its share in one
+	// table whose shares add up to at most the whole.
+	return min(sh, v.t.Default)
 }
 
 // Take scales req's limits to this region's shares and passes it to the

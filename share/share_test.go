@@ -136,6 +136,19 @@ func TestStoreShares(t *testing.T) {
 	if got := s.Share("k:busy", "s"); got != 800_000 {
 		t.Errorf("got share %d after contact, want 800000 again", got)
 	}
+	// A share below the default stays when stale: this region's part of a
+	// key whose traffic is elsewhere must not grow while another region
+	// may still run the same table fresh.
+	if err := s.Set(&share.Table{Version: 2, Default: 300_000, Shares: map[share.Pair]uint32{{Key: "k:elsewhere", Limit: "s"}: 50_000}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute + time.Millisecond)
+	if got := s.Share("k:elsewhere", "s"); got != 50_000 {
+		t.Errorf("got stale share %d, want the key's smaller share 50000", got)
+	}
+	if got := s.Share("k:other", "s"); got != 300_000 {
+		t.Errorf("got stale share %d for a key not in the table, want the default 300000", got)
+	}
 	if err := s.Set(&share.Table{Default: Whole + 1}); err == nil {
 		t.Error("got no error for a default share above the whole")
 	}
