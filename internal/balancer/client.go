@@ -209,20 +209,39 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 	return nil
 }
 
+// maxReportsInFlight bounds the reports sent and not yet answered. Reports
+// do not wait for each other: over a slow path to the balancer each still
+// covers one interval and arrives one interval after the last, so the
+// region never looks silent (down) for the path's delay alone.
+const maxReportsInFlight = 4
+
 func (c *Client) reportLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	inFlight := make(chan struct{}, maxReportsInFlight)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		u := c.base()
-		if err := c.report(ctx, u); err != nil && ctx.Err() == nil {
-			// The counts are lost: the next report covers its own span.
-			c.log.Warn("balancer report failed", "balancer", u.String(), "err", err)
+		select {
+		case inFlight <- struct{}{}:
+		default:
+			// Too many unanswered: skip this tick; the next report
+			// covers its span too.
+			continue
 		}
+		u := c.base()
+		wg.Go(func() {
+			defer func() { <-inFlight }()
+			if err := c.report(ctx, u); err != nil && ctx.Err() == nil {
+				// The counts are lost: the next report covers its own span.
+				c.log.Warn("balancer report failed", "balancer", u.String(), "err", err)
+			}
+		})
 	}
 }
 

@@ -29,6 +29,12 @@ type CoreConfig struct {
 	// MaxKeys bounds how many limits of keys are balanced; the ones with
 	// the most traffic are kept. Zero means 10000.
 	MaxKeys int
+	// Hysteresis is how far, in parts per million, some region's share of
+	// a limit must move before the limit's shares change at all: demand is
+	// noisy, and every change of a region's rate starts new token leases
+	// there, dropping the tokens leased under the old one. Zero means
+	// 10000 (1%).
+	Hysteresis uint32
 }
 
 // Core decides shares from reports. It does no I/O and reads no clock:
@@ -38,6 +44,7 @@ type Core struct {
 	cfg      CoreConfig
 	index    map[string]int      // region → position in cfg.Regions
 	gateways map[string]*gateway // region + "/" + gateway ID → its last report
+	last     *Plan               // the last plan, whose shares small moves keep
 }
 
 // gateway is one gateway's last report.
@@ -78,6 +85,9 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = 10000
+	}
+	if cfg.Hysteresis == 0 {
+		cfg.Hysteresis = 10_000
 	}
 	return &Core{cfg: cfg, index: index, gateways: map[string]*gateway{}}, nil
 }
@@ -160,11 +170,43 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 			delete(p.Pairs, k)
 		}
 	}
-	p.Defaults = Split(p.Totals, p.Up, c.cfg.MinShare)
-	for _, pp := range p.Pairs {
-		pp.Shares = Split(pp.Demand, p.Up, c.cfg.MinShare)
+	p.Defaults = c.steady(Split(p.Totals, p.Up, c.cfg.MinShare), c.lastDefaults())
+	for k, pp := range p.Pairs {
+		pp.Shares = c.steady(Split(pp.Demand, p.Up, c.cfg.MinShare), c.lastShares(k))
 	}
+	c.last = p
 	return p
+}
+
+// steady returns old when no region's share moved by Hysteresis or more
+// from it, else next. Either adds up to at most the whole: a limit's shares
+// are kept or replaced together, never mixed.
+func (c *Core) steady(next, old []uint32) []uint32 {
+	if old == nil {
+		return next
+	}
+	for i := range next {
+		d := int64(next[i]) - int64(old[i])
+		// A region that went down or came back always changes.
+		if d >= int64(c.cfg.Hysteresis) || -d >= int64(c.cfg.Hysteresis) || (next[i] == 0) != (old[i] == 0) {
+			return next
+		}
+	}
+	return old
+}
+
+func (c *Core) lastDefaults() []uint32 {
+	if c.last == nil {
+		return nil
+	}
+	return c.last.Defaults
+}
+
+func (c *Core) lastShares(k share.Pair) []uint32 {
+	if c.last == nil || c.last.Pairs[k] == nil {
+		return nil
+	}
+	return c.last.Pairs[k].Shares
 }
 
 // Split divides a whole limit (share.Whole) between regions in proportion

@@ -38,6 +38,10 @@ type Config struct {
 	// MaxKeys bounds how many limits of keys are balanced. Zero means
 	// 10000.
 	MaxKeys int
+	// Hysteresis is how far, in parts per million, a region's share of a
+	// limit must move before the limit's shares change. Zero means 10000
+	// (1%).
+	Hysteresis uint32
 	// MaxWait bounds how long a poll is held. Zero means 30 seconds.
 	MaxWait time.Duration
 	// Primary, if set, makes this server a standby of the balancer at that
@@ -100,7 +104,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Interval < 0 || cfg.MaxWait < 0 {
 		return nil, fmt.Errorf("balancer: interval %v and max wait %v must be positive", cfg.Interval, cfg.MaxWait)
 	}
-	core, err := NewCore(CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys})
+	core, err := NewCore(CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
+		Hysteresis: cfg.Hysteresis})
 	if err != nil {
 		return nil, err
 	}
