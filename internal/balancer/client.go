@@ -248,7 +248,8 @@ func (c *Client) reportLoop(ctx context.Context) {
 // report sends the usage counted since the last report to u.
 func (c *Client) report(ctx context.Context, u *url.URL) error {
 	us := c.cfg.Store.Usage(c.cfg.Top)
-	rep := Report{Region: c.cfg.Region, Gateway: c.cfg.Gateway, SpanMillis: max(us.Span.Milliseconds(), 1), Total: us.Total}
+	rep := Report{Region: c.cfg.Region, Gateway: c.cfg.Gateway, SpanMillis: max(us.Span.Milliseconds(), 1), Total: us.Total,
+		SentMillis: time.Now().UnixMilli()}
 	for _, p := range us.Pairs {
 		rep.Pairs = append(rep.Pairs, PairReport{Key: p.Key, Limit: p.Limit, Asked: p.Asked, Admitted: p.Admitted})
 	}

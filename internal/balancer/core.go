@@ -101,7 +101,11 @@ func (c *Core) Report(now time.Time, r Report) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	c.gateways[r.Region+"/"+r.Gateway] = &gateway{region: i, at: now, rep: r}
+	id := r.Region + "/" + r.Gateway
+	if last := c.gateways[id]; last != nil && r.SentMillis != 0 && r.SentMillis < last.rep.SentMillis {
+		return nil // overtaken by a later report from the same gateway
+	}
+	c.gateways[id] = &gateway{region: i, at: now, rep: r}
 	return nil
 }
 

@@ -151,3 +151,25 @@ func TestCoreMaxKeys(t *testing.T) {
 		t.Errorf("got %d pairs (k:a kept: %v), want the 2 busiest", len(p.Pairs), ok)
 	}
 }
+
+// TestCoreDropsOvertakenReports checks that a report arriving after a
+// later one from the same gateway does not replace it.
+func TestCoreDropsOvertakenReports(t *testing.T) {
+	c, err := balancer.NewCore(balancer.CoreConfig{Regions: []string{"us"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rep := func(sent, asked int64) balancer.Report {
+		return balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, SentMillis: sent,
+			Pairs: []balancer.PairReport{{Key: "k:a", Limit: "s", Asked: asked}}}
+	}
+	for _, r := range []balancer.Report{rep(2000, 7), rep(1000, 99)} {
+		if err := c.Report(now, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.Rebalance(now).Pairs[share.Pair{Key: "k:a", Limit: "s"}].Demand[0]; got != 7 {
+		t.Errorf("got demand %v, want 7 from the later report", got)
+	}
+}

@@ -40,6 +40,11 @@ type Report struct {
 	Gateway string `json:"gateway"`
 	// SpanMillis is how long the counts took to gather.
 	SpanMillis int64 `json:"span_ms"`
+	// SentMillis is when the gateway sent the report, in Unix milliseconds
+	// by its clock: reports are sent without waiting for each other, and
+	// one that arrives after a later one from the same gateway is dropped.
+	// Zero means unknown: the report is taken as the newest.
+	SentMillis int64 `json:"sent_ms,omitempty"`
 	// Total is how many tokens the gateway's requests asked for, every
 	// key included.
 	Total int64 `json:"total"`
