@@ -27,19 +27,22 @@ func TestShares(t *testing.T) {
 			if err := p.Shares().Set(&share.Table{Version: 1, Default: 250_000}); err != nil {
 				t.Fatal(err)
 			}
-			req := &limit.Request{Key: "k:shares-" + tc.name, Limits: []limit.Limit{{Name: "h", Count: 40, Period: time.Hour}}}
-			admitted := 0
-			for range 40 {
-				d, err := p.Take(t.Context(), req)
-				if err != nil {
-					t.Fatal(err)
+			for _, alg := range limit.Algorithms {
+				req := &limit.Request{Key: "k:shares-" + tc.name + "-" + string(alg),
+					Limits: []limit.Limit{{Name: "h", Count: 40, Period: time.Hour, Algorithm: alg}}}
+				admitted := 0
+				for range 40 {
+					d, err := p.Take(t.Context(), req)
+					if err != nil {
+						t.Fatalf("%s: %v", alg, err)
+					}
+					if d.Allowed {
+						admitted++
+					}
 				}
-				if d.Allowed {
-					admitted++
+				if admitted != 10 {
+					t.Errorf("%s: got %d admitted, want 10: a quarter of 40", alg, admitted)
 				}
-			}
-			if admitted != 10 {
-				t.Errorf("got %d admitted, want 10: a quarter of 40", admitted)
 			}
 		})
 	}
