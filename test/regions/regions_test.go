@@ -2,9 +2,12 @@ package regions
 
 import (
 	"math"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // tolerance is what the global check allows above burst + rate × elapsed,
@@ -245,4 +248,40 @@ func TestSlowBalancer(t *testing.T) {
 	if slow.gateway <= fast.gateway {
 		t.Errorf("rebalance took %v through the proxy, %v directly: the delay should show", slow.gateway, fast.gateway)
 	}
+}
+
+// TestStandbyTakesOver runs a standby balancer beside the primary, and
+// gateways that know both. The standby stands by while the primary
+// answers; when the primary is killed it takes over (after --down-after,
+// then --down-after of reports), and shares follow traffic again, now
+// from the standby.
+func TestStandbyTakesOver(t *testing.T) {
+	const rate, burst = 100, 50
+	var standby *proctest.Process
+	w := newWorld(t, time.Minute, func(primary string) string {
+		standby = startBalancer(t, "--standby-of", primary)
+		return primary + "," + standby.URL
+	}, rule{"handover", rate, burst})
+	tr := newTraffic()
+	stopUS, stopEU := make(chan struct{}), make(chan struct{})
+	tr.flow(stopUS, func() string { return w.gateways[0].URL }, 0, "handover", 3*rate)
+	_, v := w.waitShares("handover", "us to hold most of the share", 20*time.Second, func(s []float64) bool { return s[0] > 0.8 })
+	w.waitGateway(0, float64(v))
+	if resp, _ := proctest.Do(t, http.MethodGet, standby.URL+"/healthz"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("standby's /healthz while the primary answers: got %d, want 503", resp.StatusCode)
+	}
+	w.balancer.Kill()
+	killed := time.Now()
+	// The gateways keep their shares meanwhile; us keeps admitting.
+	w.balancer = standby
+	close(stopUS)
+	tr.flow(stopEU, func() string { return w.gateways[1].URL }, 1, "handover", 3*rate)
+	_, v = w.waitShares("handover", "the standby to give eu most of the share", 20*time.Second, func(s []float64) bool { return s[1] > 0.5 })
+	handover := time.Since(killed)
+	w.waitGateway(1, float64(v))
+	close(stopEU)
+	tr.wait()
+	worst := checkGlobal(t, tr.of("handover"), rate, burst, tolerance*rate)
+	t.Logf("primary killed: the standby gave eu most of the share %v later (down-after %v, then %v of reports); at most %.1f above the allowance",
+		handover.Round(10*time.Millisecond), 3*interval, 3*interval, worst)
 }

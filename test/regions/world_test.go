@@ -69,9 +69,14 @@ func newWorld(t *testing.T, stale time.Duration, proxy func(string) string, rule
 	return w
 }
 
-func (w *world) startBalancer() {
-	w.balancer = sluice.StartEnv(w.t, tokenEnv, "balancer", "--listen", "127.0.0.1:0", "--regions", strings.Join(regionNames, ","),
-		"--interval", interval.String(), "--poll-timeout", "1s")
+func (w *world) startBalancer() { w.balancer = startBalancer(w.t) }
+
+// startBalancer starts a balancer process with the tests' interval, and
+// extra flags.
+func startBalancer(t *testing.T, extra ...string) *proctest.Process {
+	args := append([]string{"balancer", "--listen", "127.0.0.1:0", "--regions", strings.Join(regionNames, ","),
+		"--interval", interval.String(), "--poll-timeout", "1s"}, extra...)
+	return sluice.StartEnv(t, tokenEnv, args...)
 }
 
 // startGateway starts region i's gateway on its Redis.
