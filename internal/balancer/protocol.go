@@ -24,8 +24,9 @@ const (
 	// SharesPath answers GET ?region=R&after=VERSION&wait=DURATION with
 	// the region's [Shares]: at once when the version in force differs
 	// from VERSION, else when it changes or wait passes (304 Not
-	// Modified). 503 means the balancer has no shares to give yet (it is
-	// warming up, or is a standby while its primary answers).
+	// Modified). 503 means the balancer has no shares to give yet: it
+	// gathered its first reports for all of wait, or it is a standby while
+	// its primary answers (with StandbyHeader).
 	SharesPath = "/v1/shares"
 	// KeyPath answers GET KeyPath + KEY with the [KeyShares] of a store
 	// key, such as /v1/keys/k:abc.

@@ -357,27 +357,29 @@ func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		cur, changed := s.cur, s.changed
 		s.mu.Unlock()
+		if cur != nil && cur.version != after {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(cur.bodies[region])
+			return
+		}
+		// Nothing new, or nothing yet while the balancer gathers its
+		// first reports: hold the poll, so the first shares reach every
+		// gateway the moment they exist.
+		select {
+		case <-changed:
+			continue
+		case <-timer.C:
+		case <-r.Context().Done():
+			return
+		case <-s.stopped:
+		}
 		if cur == nil {
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.Interval.Seconds()))))
 			fail(w, http.StatusServiceUnavailable, errors.New("shares: none yet: the balancer is gathering its first reports"))
 			return
 		}
-		if cur.version != after {
-			w.Header().Set("Content-Type", "application/json")
-			w.Write(cur.bodies[region])
-			return
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			w.WriteHeader(http.StatusNotModified)
-			return
-		case <-r.Context().Done():
-			return
-		case <-s.stopped:
-			w.WriteHeader(http.StatusNotModified)
-			return
-		}
+		w.WriteHeader(http.StatusNotModified)
+		return
 	}
 }
 
