@@ -94,8 +94,9 @@ type Config struct {
 const DefaultStale = 5 * time.Minute
 
 // Store is a limit.Store that cuts each limit down to this region's share
-// before the inner store counts it. It is safe for concurrent use. It
-// starts no goroutines; the caller owns the inner store and closes it.
+// before the inner store counts it. Make one with New; the zero value is
+// not usable. It is safe for concurrent use. It starts no goroutines; the
+// caller owns the inner store and closes it.
 type Store struct {
 	inner limit.Store
 	cfg   Config
@@ -188,14 +189,16 @@ func (s *Store) Age() time.Duration {
 }
 
 // Stale reports whether the table has gone unconfirmed past Config.Stale,
-// so that only its default share applies. It is false before the first
-// table, when the even split applies.
+// so that each key gets the table's default share or its own, whichever is
+// smaller. It is false before the first table, when the even split
+// applies.
 func (s *Store) Stale() bool {
 	return s.table.Load() != nil && s.Age() > s.cfg.Stale
 }
 
 // Share returns the share this region enforces for one limit of a key
-// now: the table's, its default, or an even split before the first table.
+// now: the table's, its default (the smaller of the two when the table is
+// stale), or an even split before the first table.
 func (s *Store) Share(key, limitName string) uint32 {
 	return s.lookup(s.view(), Pair{key, limitName})
 }

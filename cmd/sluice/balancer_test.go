@@ -14,6 +14,7 @@ func TestBalancerUsage(t *testing.T) {
 		{[]string{"balancer", "--regions", "us,eu", "--min-share", "1.5"}, 1, "--min-share 1.5: want a fraction"},
 		{[]string{"balancer", "--regions", "us", "--interval", "0s"}, 1, "must be positive"},
 		{[]string{"balancer", "-h"}, 0, "usage: sluice balancer"},
+		{[]string{"balancer", "--regions", "us", "--standby-of", "primary:8082"}, 1, "want an http or https URL"},
 		{[]string{"gateway", "--balancer-url", "http://127.0.0.1:1", "--regions", "us,eu"}, 1, "--balancer-url needs --region"},
 		{[]string{"gateway", "--balancer-url", "http://127.0.0.1:1", "--region", "ap", "--regions", "us,eu"}, 1, `--region "ap" is not among --regions`},
 		{[]string{"gateway", "--regions", "us,eu"}, 1, "--regions is set without --balancer-url"},

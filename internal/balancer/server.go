@@ -10,8 +10,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,8 +68,8 @@ type Config struct {
 }
 
 // Server is the quota balancer: it takes reports, recomputes shares every
-// interval and answers gateways' polls. Its methods are safe for concurrent
-// use; Run must be running for shares to change.
+// interval and answers gateways' polls. Make one with New. Its methods are
+// safe for concurrent use; Run must be running for shares to change.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
@@ -103,6 +105,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Interval < 0 || cfg.MaxWait < 0 {
 		return nil, fmt.Errorf("balancer: interval %v and max wait %v must be positive", cfg.Interval, cfg.MaxWait)
+	}
+	if cfg.Primary != "" {
+		u, err := url.Parse(cfg.Primary)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("balancer: primary %q: want an http or https URL with a host", cfg.Primary)
+		}
+		cfg.Primary = strings.TrimSuffix(cfg.Primary, "/")
 	}
 	core, err := NewCore(CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
 		Hysteresis: cfg.Hysteresis})
