@@ -167,7 +167,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	storeInUse := false
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
-	pcfg.Fleet = fleetSize(src, opts.Region)
+	pcfg.Fleet = fleetSize(src, regionOf(opts))
 	if pcfg.Shares, err = shareConfig(opts); err != nil {
 		return err
 	}
