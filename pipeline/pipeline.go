@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/redisstore"
+	"github.com/sluice-rl/sluice/share"
 )
 
 // Config configures a Pipeline. Every zero field means its default: the
@@ -56,6 +57,12 @@ type Config struct {
 	Fleet func() int
 	// NoLeases checks every request in Redis: no leases, no refusal cache.
 	NoLeases bool
+	// Shares, if set, puts this region's share of every global limit on
+	// top of the stack (package share), in process as over Redis: the
+	// layers below count the region's share, so leases and the local
+	// fallback split it among this region's fleet. Feed it tables through
+	// Pipeline.Shares. Nil means limits are enforced whole.
+	Shares *share.Config
 	// Logger receives the layers' events. Nil discards.
 	Logger *slog.Logger
 	// Registerer receives the layers' metrics. Nil registers none.
@@ -73,6 +80,7 @@ var Defaults = struct {
 // layer answered. It is safe for concurrent use; Close releases it.
 type Pipeline struct {
 	top     limit.Store
+	shares  *share.Store      // nil without Config.Shares
 	redis   *redisstore.Store // nil in process
 	closers []func()          // innermost last
 }
@@ -83,6 +91,31 @@ var _ limit.Store = (*Pipeline)(nil)
 // ctx and Redis.DialTimeout), loads the scripts on every node once, and
 // fails if no address answers.
 func New(ctx context.Context, cfg Config) (*Pipeline, error) {
+	p, err := newStack(ctx, cfg)
+	if err != nil || cfg.Shares == nil {
+		return p, err
+	}
+	sc := *cfg.Shares
+	if sc.Logger == nil {
+		sc.Logger = cfg.Logger
+	}
+	if sc.Registerer == nil {
+		sc.Registerer = cfg.Registerer
+	}
+	if p.shares, err = share.New(p.top, sc); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	p.top = p.shares
+	return p, nil
+}
+
+// Shares returns the region share layer on top of the stack, or nil
+// without Config.Shares.
+func (p *Pipeline) Shares() *share.Store { return p.shares }
+
+// newStack builds the stack below the region share layer.
+func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -45,6 +45,7 @@ type gatewayOptions struct {
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
 	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
+	Shares          shareOptions    // this region's share of global limits, from the quota balancer
 }
 
 // parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
@@ -94,6 +95,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	addPipelineFlags(fs, &opts.Pipeline)
+	registerShareFlags(fs, &opts.Shares)
 	if err := parseFlags(fs, args); err != nil {
 		return opts, err
 	}
@@ -165,7 +167,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	storeInUse := false
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
-	pcfg.Fleet = fleetSize(src, opts.Region)
+	pcfg.Fleet = fleetSize(src, regionOf(opts))
+	if pcfg.Shares, err = shareConfig(opts); err != nil {
+		return err
+	}
 	store, err := pipeline.New(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("--redis: %w", err)
@@ -183,6 +188,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		logger.LogAttrs(ctx, slog.LevelInfo, "counting in redis", slog.Any("addrs", opts.Redis.Addrs), slog.Bool("tls", opts.Redis.TLS != nil), slog.String("mode", mode))
 	} else {
 		logger.LogAttrs(ctx, slog.LevelInfo, "counting in process; pass --redis to share limits between gateways")
+	}
+	if sh := store.Shares(); sh != nil {
+		stopShares, err := followBalancer(sh, opts, logger)
+		if err != nil {
+			return err
+		}
+		defer stopShares()
 	}
 	onDecision, err := ruleSourceHooks(src, reg)
 	if err != nil {

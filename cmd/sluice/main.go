@@ -5,6 +5,7 @@
 //	sluice gateway [flags]   run the rate-limiting gateway
 //	sluice rules [flags]     run the rules service
 //	sluice rls [flags]       serve Envoy's rate limit service
+//	sluice balancer [flags]  run the quota balancer between regions
 //	sluice bench [flags]     measure decision latency and throughput
 //	sluice plan [flags]      size a deployment from traffic figures
 //
@@ -41,6 +42,7 @@ func commands() []command {
 		{"gateway", "run the rate-limiting gateway (in front of --upstream, or a built-in answer)", runGateway},
 		{"rules", "run the rules service: rules in PostgreSQL, versioned snapshots pushed to gateways", runRules},
 		{"rls", "serve Envoy's rate limit service (gRPC) from envoyproxy/ratelimit's configuration", runRLS},
+		{"balancer", "run the quota balancer: each region's share of global limits follows its traffic", runBalancer},
 		{"bench", "measure decision latency and throughput of a store or a running gateway", runBench},
 		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runPlan(args, stdout, stderr)

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,16 +66,9 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 // gateway shutting down keeps following the service while its requests in
 // flight finish, and stops it after them, so their counts are reported.
 func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logger) (*rulesync.Client, func(), error) {
-	id := cmp.Or(opts.GatewayID, os.Getenv(envGatewayID))
-	if id == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "gateway"
-		}
-		id = host + "-" + strconv.Itoa(os.Getpid())
-	}
+	id := gatewayName(opts)
 	c, err := rulesync.New(rulesync.Config{
-		URL: opts.RulesURL, Token: os.Getenv(envGatewayToken), Gateway: id, Region: cmp.Or(opts.Region, os.Getenv(envRegion)),
+		URL: opts.RulesURL, Token: os.Getenv(envGatewayToken), Gateway: id, Region: regionOf(opts),
 		CacheFile: opts.RulesCache, Logger: logger,
 	})
 	if err != nil {

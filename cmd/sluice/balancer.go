@@ -1,0 +1,239 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/share"
+)
+
+// envBalancerToken holds the bearer token the balancer asks gateways for,
+// on both sides.
+const envBalancerToken = "SLUICE_BALANCER_TOKEN"
+
+// balancerOptions are the balancer's command-line flags.
+type balancerOptions struct {
+	cfg             balancer.Config
+	listen          string
+	minShare        float64
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+}
+
+// regionsFlag parses a comma-separated list of region names into *p.
+func regionsFlag(p *[]string) func(string) error {
+	return func(s string) error {
+		*p = nil
+		seen := map[string]bool{}
+		for r := range strings.SplitSeq(s, ",") {
+			if r = strings.TrimSpace(r); r == "" {
+				continue
+			}
+			if seen[r] {
+				return fmt.Errorf("region %q is named twice", r)
+			}
+			seen[r] = true
+			*p = append(*p, r)
+		}
+		if len(*p) == 0 {
+			return fmt.Errorf("no region in %q", s)
+		}
+		return nil
+	}
+}
+
+func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error) {
+	o := balancerOptions{listen: "127.0.0.1:8082", minShare: 0.05, shutdownTimeout: 10 * time.Second}
+	c := &o.cfg
+	fs := flag.NewFlagSet("balancer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice balancer --regions A,B,C [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Runs the quota balancer: gateways of every region report their busiest keys,")
+		fmt.Fprintln(stderr, "and each region gets a share of each busy key's global limit in proportion")
+		fmt.Fprintln(stderr, "to its traffic. Serves gateways under /v1, a key's shares at /v1/keys/KEY,")
+		fmt.Fprintln(stderr, "/healthz and /metrics. Gateways must send the bearer token in $"+envBalancerToken)
+		fmt.Fprintln(stderr, "when it is set. See docs/regions.md.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.listen, "listen", o.listen, "`address` to serve on")
+	fs.Func("regions", "`names` of every region, comma-separated, as the gateways' --region", regionsFlag(&c.Regions))
+	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "how often shares are recomputed; give the gateways the same --share-interval")
+	fs.DurationVar(&c.DownAfter, "down-after", 0, "how long a region may go without a report before its shares go to the others; 0 means three intervals")
+	fs.Float64Var(&o.minShare, "min-share", o.minShare, "least `fraction` of each limit a region that is up keeps, to absorb a sudden shift")
+	fs.IntVar(&c.MaxKeys, "max-keys", 10000, "most limits of keys balanced at once; the busiest are kept")
+	fs.DurationVar(&c.MaxWait, "poll-timeout", 30*time.Second, "longest a gateway's long poll is held")
+	fs.StringVar(&c.Primary, "standby-of", "", "base `URL` of the active balancer: stand by while it answers its /healthz, take over when it has not for --down-after")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// runBalancer runs the quota balancer until ctx is done.
+func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseBalancerFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(o.cfg.Regions) == 0 {
+		return fmt.Errorf("--regions is empty: name every region, such as --regions us,eu,ap")
+	}
+	if o.minShare < 0 || o.minShare > 1 {
+		return fmt.Errorf("--min-share %v: want a fraction from 0 to 1", o.minShare)
+	}
+	if o.cfg.Interval <= 0 || o.cfg.DownAfter < 0 || o.cfg.MaxWait <= 0 {
+		return fmt.Errorf("--interval %v and --poll-timeout %v must be positive, --down-after %v not negative",
+			o.cfg.Interval, o.cfg.MaxWait, o.cfg.DownAfter)
+	}
+	if o.cfg.MaxKeys < 1 {
+		return fmt.Errorf("--max-keys %d: want at least 1", o.cfg.MaxKeys)
+	}
+	// A zero share means the default; a --min-share of 0 asks for none.
+	o.cfg.MinShare = max(uint32(o.minShare*share.Whole), 1)
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	o.cfg.Registerer, o.cfg.Logger = reg, logger
+	if o.cfg.Token = os.Getenv(envBalancerToken); o.cfg.Token == "" {
+		logger.Warn("no $" + envBalancerToken + ": anyone who reaches the balancer can report traffic and move keys' shares")
+	}
+	srv, err := balancer.New(o.cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", srv.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Run answers the held polls when ctx is done, so shutdown need not
+	// wait out the poll timeout.
+	wg.Go(func() { srv.Run(ctx) })
+	fmt.Fprintf(stdout, "sluice balancer: listening on http://%s\n", ln.Addr())
+	logger.Info("balancer listening", "addr", ln.Addr().String(), "regions", o.cfg.Regions, "interval", o.cfg.Interval.String(),
+		"standby_of", o.cfg.Primary)
+	err = gateway.Serve(ctx, gateway.NewServer(mux, logger), ln, o.shutdownTimeout)
+	cancel()
+	return err
+}
+
+// shareOptions are the gateway's flags for the quota balancer.
+type shareOptions struct {
+	URLs     []string      // --balancer-url: empty means no region shares
+	Regions  []string      // --regions: every region, this one included
+	Interval time.Duration // --share-interval: how often usage is reported
+	Stale    time.Duration // --share-stale
+}
+
+// registerShareFlags adds the gateway's balancer flags to fs.
+func registerShareFlags(fs *flag.FlagSet, o *shareOptions) {
+	fs.Func("balancer-url", "base `URL`s of the quota balancer, comma-separated, the active one first; enforces this region's share of every limit (needs --region and --regions)", func(s string) error {
+		o.URLs = nil
+		for u := range strings.SplitSeq(s, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				o.URLs = append(o.URLs, u)
+			}
+		}
+		if len(o.URLs) == 0 {
+			return fmt.Errorf("no URL in %q", s)
+		}
+		return nil
+	})
+	fs.Func("regions", "`names` of every region sharing the limits, comma-separated, this one included: each gets an even split until the balancer answers", regionsFlag(&o.Regions))
+	fs.DurationVar(&o.Interval, "share-interval", 10*time.Second, "how often this gateway reports its busiest keys to the balancer; as the balancer's --interval")
+	fs.DurationVar(&o.Stale, "share-stale", share.DefaultStale, "how long region shares stay in force without the balancer; after that every key gets the default share")
+}
+
+// shareConfig returns the region share layer's configuration when
+// --balancer-url is set, and nil without it.
+func shareConfig(opts gatewayOptions) (*share.Config, error) {
+	o := opts.Shares
+	if len(o.URLs) == 0 {
+		if len(o.Regions) > 0 {
+			return nil, fmt.Errorf("--regions is set without --balancer-url; region shares need the balancer")
+		}
+		return nil, nil
+	}
+	region := regionOf(opts)
+	switch {
+	case region == "":
+		return nil, fmt.Errorf("--balancer-url needs --region (or $%s): the balancer gives shares per region", envRegion)
+	case !slices.Contains(o.Regions, region):
+		return nil, fmt.Errorf("--region %q is not among --regions %v", region, o.Regions)
+	case o.Interval <= 0 || o.Stale <= 0:
+		return nil, fmt.Errorf("--share-interval %v and --share-stale %v must be positive", o.Interval, o.Stale)
+	}
+	return &share.Config{Regions: len(o.Regions), Stale: o.Stale}, nil
+}
+
+// followBalancer keeps s in step with the balancer at --balancer-url and
+// reports s's usage to it, until the returned stop function is called.
+func followBalancer(s *share.Store, opts gatewayOptions, logger *slog.Logger) (stop func(), err error) {
+	o := opts.Shares
+	c, err := balancer.NewClient(balancer.ClientConfig{URLs: o.URLs, Region: regionOf(opts), Gateway: gatewayName(opts), Store: s,
+		Token: os.Getenv(envBalancerToken),
+		// Polls answer well within the stale timeout, so that a live
+		// balancer keeps shares fresh however long it holds a poll.
+		Interval: o.Interval, Wait: min(25*time.Second, o.Stale/4), Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	logger.Info("enforcing this region's share of every limit", "region", regionOf(opts), "regions", o.Regions, "balancer", o.URLs)
+	return func() { cancel(); <-done }, nil
+}
+
+// regionOf returns the gateway's region: --region, else $SLUICE_REGION.
+func regionOf(opts gatewayOptions) string { return cmp.Or(opts.Region, os.Getenv(envRegion)) }
+
+// gatewayName returns the gateway's ID: --gateway-id, else
+// $SLUICE_GATEWAY_ID, else host name and process ID.
+func gatewayName(opts gatewayOptions) string {
+	if id := cmp.Or(opts.GatewayID, os.Getenv(envGatewayID)); id != "" {
+		return id
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "gateway"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestBalancerUsage(t *testing.T) {
+	testUsage(t, []usageTest{
+		{[]string{"balancer"}, 1, "--regions is empty"},
+		{[]string{"balancer", "--regions", "us,us"}, 2, `region "us" is named twice`},
+		{[]string{"balancer", "--regions", "us,eu", "--min-share", "1.5"}, 1, "--min-share 1.5: want a fraction"},
+		{[]string{"balancer", "--regions", "us", "--interval", "0s"}, 1, "must be positive"},
+		{[]string{"balancer", "-h"}, 0, "usage: sluice balancer"},
+		{[]string{"balancer", "--regions", "us", "--standby-of", "primary:8082"}, 1, "want an http or https URL"},
+		{[]string{"gateway", "--balancer-url", "http://127.0.0.1:1", "--regions", "us,eu"}, 1, "--balancer-url needs --region"},
+		{[]string{"gateway", "--balancer-url", "http://127.0.0.1:1", "--region", "ap", "--regions", "us,eu"}, 1, `--region "ap" is not among --regions`},
+		{[]string{"gateway", "--regions", "us,eu"}, 1, "--regions is set without --balancer-url"},
+		{[]string{"gateway", "--balancer-url", "ftp://x", "--region", "us", "--regions", "us"}, 1, "want an http or https URL"},
+	})
+}
+
+// TestBalancerServes starts the balancer and reads what it serves before
+// any gateway reported: no shares yet, and its health.
+func TestBalancerServes(t *testing.T) {
+	p := sluice.Start(t, "balancer", "--listen", "127.0.0.1:0", "--regions", "us,eu,ap", "--interval", "100ms")
+	resp, body := get(t, http.MethodGet, p.URL+"/healthz")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz: got %d %q, want 200", resp.StatusCode, body)
+	}
+	resp, body = get(t, http.MethodGet, p.URL+"/v1/shares?region=mars")
+	var e struct{ Error string }
+	if resp.StatusCode != http.StatusBadRequest || json.Unmarshal([]byte(body), &e) != nil || e.Error == "" {
+		t.Errorf("GET shares of an unknown region: got %d %q, want 400 with an error", resp.StatusCode, body)
+	}
+	resp, body = get(t, http.MethodGet, p.URL+"/metrics")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "sluice_balancer_rebalance_duration_seconds") {
+		t.Errorf("GET /metrics: got %d, want the balancer's metrics", resp.StatusCode)
+	}
+}

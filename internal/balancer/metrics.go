@@ -1,0 +1,97 @@
+package balancer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/share"
+)
+
+// metrics are the balancer's Prometheus collectors. A nil *metrics counts
+// nothing.
+type metrics struct {
+	regions      []string
+	duration     prometheus.Histogram
+	keys         prometheus.Gauge
+	version      prometheus.Gauge
+	up           *prometheus.GaugeVec
+	defaultShare *prometheus.GaugeVec
+	busyShare    *prometheus.GaugeVec
+	reports      *prometheus.CounterVec
+}
+
+func newMetrics(regions []string, reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	opts := func(name, help string) prometheus.GaugeOpts {
+		return prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "balancer", Name: name, Help: help}
+	}
+	m := &metrics{
+		regions: regions,
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "sluice", Subsystem: "balancer", Name: "rebalance_duration_seconds",
+			Help:    "Time one rebalance took: reading the reports and computing every region's shares.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		keys:         prometheus.NewGauge(opts("keys_balanced", "Limits of keys given shares that follow their traffic at the last rebalance; the others get the default split.")),
+		version:      prometheus.NewGauge(opts("shares_version", "Version of the shares last published.")),
+		up:           prometheus.NewGaugeVec(opts("region_up", "1 if the region reported within the down-after time, else 0 (its shares go to the others)."), []string{"region"}),
+		defaultShare: prometheus.NewGaugeVec(opts("region_default_share_ratio", "The region's default share of every limit that is not balanced, as a fraction."), []string{"region"}),
+		busyShare:    prometheus.NewGaugeVec(opts("region_share_ratio", "The region's mean share of the balanced limits, as a fraction."), []string{"region"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "balancer", Name: "reports_total",
+			Help: "Gateway reports taken, per region.",
+		}, []string{"region"}),
+	}
+	for _, c := range []prometheus.Collector{m.duration, m.keys, m.version, m.up, m.defaultShare, m.busyShare, m.reports} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("balancer: register metrics: %w", err)
+		}
+	}
+	for _, r := range regions {
+		m.up.WithLabelValues(r)
+		m.reports.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+func (m *metrics) rebalanced(p *Plan, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.duration.Observe(d.Seconds())
+	if p == nil {
+		for _, r := range m.regions {
+			m.up.WithLabelValues(r).Set(0)
+		}
+		return
+	}
+	m.keys.Set(float64(len(p.Pairs)))
+	for i, r := range p.Regions {
+		m.up.WithLabelValues(r).Set(map[bool]float64{false: 0, true: 1}[p.Up[i]])
+		m.defaultShare.WithLabelValues(r).Set(float64(p.Defaults[i]) / share.Whole)
+		var sum float64
+		for _, pp := range p.Pairs {
+			sum += float64(pp.Shares[i])
+		}
+		if len(p.Pairs) > 0 {
+			sum /= float64(len(p.Pairs))
+		}
+		m.busyShare.WithLabelValues(r).Set(sum / share.Whole)
+	}
+}
+
+func (m *metrics) published(version int64) {
+	if m != nil {
+		m.version.Set(float64(version))
+	}
+}
+
+func (m *metrics) report(region string) {
+	if m != nil {
+		m.reports.WithLabelValues(region).Inc()
+	}
+}

@@ -1,0 +1,435 @@
+package balancer
+
+import (
+	"cmp"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/share"
+)
+
+// Config configures a Server. Regions is required; the zero value of every
+// other field means its default.
+type Config struct {
+	// Regions names every region that shares the limits.
+	Regions []string
+	// Interval is how often shares are recomputed; gateways should report
+	// as often. Zero means 10 seconds.
+	Interval time.Duration
+	// DownAfter is how long a region may go without a report before its
+	// shares go to the others. Zero means three intervals.
+	DownAfter time.Duration
+	// MinShare is the least share of a limit a region that is up gets, in
+	// parts per million. Zero means 50000 (5%).
+	MinShare uint32
+	// MaxKeys bounds how many limits of keys are balanced. Zero means
+	// 10000.
+	MaxKeys int
+	// Hysteresis is how far, in parts per million, a region's share of a
+	// limit must move before the limit's shares change. Zero means 10000
+	// (1%).
+	Hysteresis uint32
+	// MaxWait bounds how long a poll is held. Zero means 30 seconds.
+	MaxWait time.Duration
+	// Primary, if set, makes this server a standby of the balancer at that
+	// base URL: it answers gateways with 503 while the primary's /healthz
+	// answers, and takes over once the primary has failed to answer for
+	// DownAfter; it steps back when the primary answers again.
+	Primary string
+	// Token, if set, is the bearer token gateways must send on ReportPath
+	// and SharesPath: without it anyone who reaches the balancer could
+	// report traffic and move a key's shares. KeyPath and /healthz stay
+	// open.
+	Token string
+	// HTTPClient checks the primary. Nil means a client with a timeout of
+	// one interval.
+	HTTPClient *http.Client
+	// Now returns the current time. Nil means time.Now.
+	Now func() time.Time
+	// Logger receives the balancer's log. Nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the balancer's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Server is the quota balancer: it takes reports, recomputes shares every
+// interval and answers gateways' polls. Make one with New. Its methods are
+// safe for concurrent use; Run must be running for shares to change.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	active  atomic.Bool  // false while a standby's primary answers
+	since   atomic.Int64 // Unix nanoseconds since which it has been active (or since New)
+	metrics *metrics
+	stopped chan struct{} // closed when Run returns: held polls answer at once
+	stop    sync.Once
+
+	mu      sync.Mutex
+	core    *Core         // guarded by mu
+	cur     *published    // guarded by mu; nil until the first rebalance after the warm-up
+	changed chan struct{} // guarded by mu; closed and replaced when cur changes
+}
+
+// published is one version of every region's shares.
+type published struct {
+	version int64
+	plan    *Plan
+	bodies  map[string][]byte // region → its Shares as JSON
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.DownAfter == 0 {
+		cfg.DownAfter = 3 * cfg.Interval
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = 30 * time.Second
+	}
+	if cfg.Interval < 0 || cfg.MaxWait < 0 {
+		return nil, fmt.Errorf("balancer: interval %v and max wait %v must be positive", cfg.Interval, cfg.MaxWait)
+	}
+	if cfg.Primary != "" {
+		u, err := url.Parse(cfg.Primary)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("balancer: primary %q: want an http or https URL with a host", cfg.Primary)
+		}
+		cfg.Primary = strings.TrimSuffix(cfg.Primary, "/")
+	}
+	core, err := NewCore(CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
+		Hysteresis: cfg.Hysteresis})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: cfg.Interval}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, core: core, changed: make(chan struct{}), stopped: make(chan struct{})}
+	s.active.Store(cfg.Primary == "")
+	s.since.Store(cfg.Now().UnixNano())
+	if s.metrics, err = newMetrics(cfg.Regions, cfg.Registerer); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run recomputes the shares every interval until ctx is done. A standby
+// also watches its primary. It returns nil when ctx is done, and then the
+// polls it holds answer at once, so that a shutdown need not wait them out.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.stop.Do(func() { close(s.stopped) })
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	var primaryDown time.Time // when the primary first failed to answer; zero while it answers
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if s.cfg.Primary != "" {
+			primaryDown = s.watchPrimary(ctx, primaryDown)
+		}
+		s.Rebalance()
+	}
+}
+
+// watchPrimary checks the primary once and switches this standby on or
+// off, returning when the primary first failed (zero if it answered).
+func (s *Server) watchPrimary(ctx context.Context, down time.Time) time.Time {
+	now := s.cfg.Now()
+	if s.primaryAnswers(ctx) {
+		if s.active.CompareAndSwap(true, false) {
+			// Its shares would be stale by its next takeover.
+			s.mu.Lock()
+			s.cur = nil
+			s.mu.Unlock()
+			s.log.Info("primary balancer answers again; standing by", "primary", s.cfg.Primary)
+		}
+		return time.Time{}
+	}
+	if down.IsZero() {
+		down = now
+	}
+	if now.Sub(down) >= s.cfg.DownAfter && !s.active.Load() {
+		s.since.Store(now.UnixNano())
+		s.active.Store(true)
+		s.log.Warn("primary balancer does not answer; taking over", "primary", s.cfg.Primary, "since", down)
+	}
+	return down
+}
+
+func (s *Server) primaryAnswers(ctx context.Context) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.Primary+"/healthz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Rebalance recomputes the shares now and publishes them if they changed.
+// Until DownAfter has passed since New (or since a standby took over), it
+// only gathers reports: a balancer that has just started has not heard
+// from every region yet, and would count the quiet ones as down.
+func (s *Server) Rebalance() {
+	start := time.Now()
+	now := s.cfg.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	plan := s.core.Rebalance(now)
+	if plan == nil || now.Sub(time.Unix(0, s.since.Load())) < s.cfg.DownAfter || !s.active.Load() {
+		s.metrics.rebalanced(plan, time.Since(start))
+		return
+	}
+	bodies := map[string][]byte{}
+	var version int64 = 1
+	if s.cur != nil {
+		version = s.cur.version + 1
+	}
+	// A restarted balancer, or a standby taking over, continues above any
+	// version its predecessor gave out, as long as clocks roughly agree.
+	version = max(version, now.UnixMilli())
+	for i, r := range plan.Regions {
+		sh := Shares{Version: version, Region: r, Default: plan.Defaults[i]}
+		for k, pp := range plan.Pairs {
+			sh.Shares = append(sh.Shares, PairShare{Key: k.Key, Limit: k.Limit, Share: pp.Shares[i]})
+		}
+		slices.SortFunc(sh.Shares, func(a, b PairShare) int {
+			return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit))
+		})
+		body, err := json.Marshal(sh)
+		if err != nil {
+			s.log.Error("shares not encoded", "region", r, "err", err)
+			return
+		}
+		bodies[r] = body
+	}
+	if s.cur != nil && sameShares(s.cur.plan, plan) {
+		s.cur.plan = plan // fresher demand figures, same shares: no new version
+		s.metrics.rebalanced(plan, time.Since(start))
+		return
+	}
+	s.cur = &published{version: version, plan: plan, bodies: bodies}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.metrics.published(version)
+	s.metrics.rebalanced(plan, time.Since(start))
+}
+
+// sameShares reports whether two plans give every region the same shares.
+func sameShares(a, b *Plan) bool {
+	if !slices.Equal(a.Defaults, b.Defaults) || len(a.Pairs) != len(b.Pairs) {
+		return false
+	}
+	for k, pa := range a.Pairs {
+		pb, ok := b.Pairs[k]
+		if !ok || !slices.Equal(pa.Shares, pb.Shares) {
+			return false
+		}
+	}
+	return true
+}
+
+// Handler returns the balancer's HTTP API: ReportPath, SharesPath,
+// KeyPath and /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+ReportPath, s.authorized(s.serveReport))
+	mux.HandleFunc("GET "+SharesPath, s.authorized(s.serveShares))
+	mux.HandleFunc("GET "+KeyPath+"{key...}", s.serveKey)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.active.Load() {
+			http.Error(w, "standby", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// authorized refuses requests without the bearer token, when there is one.
+func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
+	if s.cfg.Token == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.cfg.Token)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			fail(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// fail writes an error answer.
+func fail(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{err.Error()})
+}
+
+// errStandby answers gateways while a standby's primary answers, with
+// StandbyHeader set.
+var errStandby = errors.New("standby balancer: the primary answers; ask it")
+
+// StandbyHeader is set to "1" on a standby's 503 answers: the client
+// should ask another balancer, while any other 503 (no shares yet) means
+// wait for this one.
+const StandbyHeader = "Sluice-Standby"
+
+// standby answers a gateway's call to a standby.
+func standby(w http.ResponseWriter) {
+	w.Header().Set(StandbyHeader, "1")
+	fail(w, http.StatusServiceUnavailable, errStandby)
+}
+
+func (s *Server) serveReport(w http.ResponseWriter, r *http.Request) {
+	if !s.active.Load() {
+		standby(w)
+		return
+	}
+	var rep Report
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&rep); err != nil {
+		fail(w, http.StatusBadRequest, fmt.Errorf("report: decode: %w", err))
+		return
+	}
+	s.mu.Lock()
+	err := s.core.Report(s.cfg.Now(), rep)
+	s.mu.Unlock()
+	if err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
+	s.metrics.report(rep.Region)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	region := q.Get("region")
+	if !slices.Contains(s.cfg.Regions, region) {
+		fail(w, http.StatusBadRequest, fmt.Errorf("shares: unknown region %q (want one of %v)", region, s.cfg.Regions))
+		return
+	}
+	after, err := strconv.ParseInt(cmp.Or(q.Get("after"), "0"), 10, 64)
+	if err != nil {
+		fail(w, http.StatusBadRequest, fmt.Errorf("shares: after %q: want a version number", q.Get("after")))
+		return
+	}
+	wait := time.Duration(0)
+	if v := q.Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 {
+			fail(w, http.StatusBadRequest, fmt.Errorf("shares: wait %q: want a duration such as 25s", v))
+			return
+		}
+	}
+	wait = min(wait, s.cfg.MaxWait)
+	if !s.active.Load() {
+		standby(w)
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		cur, changed := s.cur, s.changed
+		s.mu.Unlock()
+		if cur != nil && cur.version != after {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(cur.bodies[region])
+			return
+		}
+		// Nothing new, or nothing yet while the balancer gathers its
+		// first reports: hold the poll, so the first shares reach every
+		// gateway the moment they exist.
+		select {
+		case <-changed:
+			continue
+		case <-timer.C:
+		case <-r.Context().Done():
+			return
+		case <-s.stopped:
+		}
+		if cur == nil {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.Interval.Seconds()))))
+			fail(w, http.StatusServiceUnavailable, errors.New("shares: none yet: the balancer is gathering its first reports"))
+			return
+		}
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+}
+
+func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	s.mu.Lock()
+	cur := s.cur
+	var plan *Plan
+	if cur != nil {
+		plan = cur.plan
+	}
+	s.mu.Unlock()
+	if plan == nil {
+		fail(w, http.StatusServiceUnavailable, errors.New("shares: none yet: the balancer is gathering its first reports"))
+		return
+	}
+	ks := KeyShares{Key: key, Version: cur.version, Defaults: map[string]RegionShare{}, Up: map[string]bool{}}
+	for i, reg := range plan.Regions {
+		ks.Up[reg] = plan.Up[i]
+		ks.Defaults[reg] = regionShare(plan.Defaults[i], plan.Totals[i])
+	}
+	for k, pp := range plan.Pairs {
+		if k.Key != key {
+			continue
+		}
+		if ks.Limits == nil {
+			ks.Limits = map[string]map[string]RegionShare{}
+		}
+		m := map[string]RegionShare{}
+		for i, reg := range plan.Regions {
+			m[reg] = regionShare(pp.Shares[i], pp.Demand[i])
+		}
+		ks.Limits[k.Limit] = m
+	}
+	ks.Balanced = ks.Limits != nil
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(ks)
+}
+
+func regionShare(sh uint32, demand float64) RegionShare {
+	return RegionShare{Share: sh, Fraction: float64(sh) / share.Whole, Demand: demand}
+}

@@ -1,0 +1,262 @@
+package balancer_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/share"
+)
+
+// region is one region of a test: its share layer over its own store, and
+// the client that keeps the layer in step with the balancer.
+type region struct {
+	store *share.Store
+}
+
+func startRegion(t *testing.T, ctx context.Context, wg *sync.WaitGroup, url, name string) *region {
+	t.Helper()
+	st, err := share.New(memstore.New(memstore.Config{}), share.Config{Regions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{url}, Region: name, Gateway: name + "-1", Store: st,
+		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { c.Run(ctx) })
+	return &region{store: st}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func getKey(t *testing.T, url, key string) (int, balancer.KeyShares) {
+	t.Helper()
+	resp, err := http.Get(url + balancer.KeyPath + key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ks balancer.KeyShares
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(&ks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode, ks
+}
+
+// TestServerAndClients runs a balancer over HTTP with two regions whose
+// clients report real traffic through their share layers, and follows a
+// key's share from an even split to where its traffic is.
+func TestServerAndClients(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, Interval: 50 * time.Millisecond,
+		MaxWait: 200 * time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	if code, _ := getKey(t, hs.URL, "k:a"); code != http.StatusServiceUnavailable {
+		t.Errorf("before the first rebalance: got %d, want 503", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { srv.Run(ctx) })
+	us := startRegion(t, ctx, &wg, hs.URL, "us")
+	eu := startRegion(t, ctx, &wg, hs.URL, "eu")
+
+	if got := us.store.Share("k:a", "s"); got != share.Whole/2 {
+		t.Errorf("before any table: got share %d, want an even half", got)
+	}
+	l := limit.Limit{Name: "s", Count: 1000, Period: time.Second}
+	stop := make(chan struct{})
+	var traffic sync.WaitGroup
+	traffic.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			us.store.Take(ctx, &limit.Request{Key: "k:a", Limits: []limit.Limit{l}})
+		}
+	})
+	waitFor(t, "us to hold 95% of k:a", func() bool { return us.store.Share("k:a", "s") == 950_000 })
+	waitFor(t, "eu to hold the 5% minimum", func() bool { return eu.store.Share("k:a", "s") == 50_000 })
+	close(stop)
+	traffic.Wait()
+	code, ks := getKey(t, hs.URL, "k:a")
+	if code != http.StatusOK || !ks.Balanced || ks.Limits["s"]["us"].Share+ks.Limits["s"]["eu"].Share > share.Whole {
+		t.Errorf("got %d %+v, want k:a balanced within the whole", code, ks)
+	}
+	if ks.Limits["s"]["us"].Demand <= 0 || ks.Limits["s"]["eu"].Demand != 0 {
+		t.Errorf("got demand us %v eu %v, want us's only", ks.Limits["s"]["us"].Demand, ks.Limits["s"]["eu"].Demand)
+	}
+	// With no traffic left the key is no longer balanced.
+	waitFor(t, "k:a back to the default", func() bool { _, ks := getKey(t, hs.URL, "k:a"); return !ks.Balanced })
+	// Polls answered 304 keep the shares fresh.
+	if age := us.store.Age(); age > time.Second {
+		t.Errorf("got share age %v, want fresh", age)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"sluice_balancer_rebalance_duration_seconds", "sluice_balancer_keys_balanced", "sluice_balancer_region_up", "sluice_balancer_region_share_ratio"} {
+		if !names[n] {
+			t.Errorf("metric %s missing", n)
+		}
+	}
+}
+
+func TestServerRefuses(t *testing.T) {
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	for _, u := range []string{"/v1/shares?region=mars", "/v1/shares?region=us&after=x", "/v1/shares?region=us&wait=-1s"} {
+		resp, err := http.Get(hs.URL + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET %s: got %d, want 400", u, resp.StatusCode)
+		}
+	}
+	resp, err := http.Post(hs.URL+balancer.ReportPath, "application/json", stringsReader(`{"region":"us","gateway":"g","span_ms":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("report with no span: got %d, want 400", resp.StatusCode)
+	}
+}
+
+func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+// TestStandbyTakesOver runs a primary and a standby: the standby answers
+// 503 while the primary answers, takes over once the primary has been gone
+// for DownAfter, and the gateways' client, given both, follows it.
+func TestStandbyTakesOver(t *testing.T) {
+	cfg := balancer.Config{Regions: []string{"us", "eu"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond}
+	primary, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := httptest.NewServer(primary.Handler())
+	defer ps.Close()
+	cfg.Primary = ps.URL
+	standby, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := httptest.NewServer(standby.Handler())
+	defer ss.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	pctx, stopPrimary := context.WithCancel(ctx)
+	wg.Go(func() { primary.Run(pctx) })
+	wg.Go(func() { standby.Run(ctx) })
+	st, err := share.New(memstore.New(memstore.Config{}), share.Config{Regions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{ps.URL, ss.URL}, Region: "us", Gateway: "us-1", Store: st,
+		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { c.Run(ctx) })
+	waitFor(t, "a table from the primary", func() bool { return st.Current() != nil })
+	time.Sleep(200 * time.Millisecond) // several standby checks
+	if code, _ := getKey(t, ss.URL, "k:a"); code != http.StatusServiceUnavailable {
+		t.Errorf("standby while the primary answers: got %d, want 503", code)
+	}
+	first := st.Current().Version
+	stopPrimary()
+	ps.CloseClientConnections()
+	ps.Close()
+	waitFor(t, "a table from the standby", func() bool { return st.Current().Version != first })
+	if code, ks := getKey(t, ss.URL, "k:a"); code != http.StatusOK || !ks.Up["us"] || ks.Up["eu"] {
+		t.Errorf("standby after takeover: got %d %+v, want us up and eu down", code, ks)
+	}
+}
+
+// TestToken checks that with a token the balancer refuses reports and
+// polls without it, and a client that has it gets its shares.
+func TestToken(t *testing.T) {
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	for _, u := range []string{"/v1/shares?region=us"} {
+		resp, err := http.Get(hs.URL + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: got %d, want 401", u, resp.StatusCode)
+		}
+	}
+	resp, err := http.Post(hs.URL+balancer.ReportPath, "application/json", stringsReader(`{"region":"us","gateway":"g","span_ms":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("report without the token: got %d, want 401", resp.StatusCode)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { srv.Run(ctx) })
+	st, err := share.New(memstore.New(memstore.Config{}), share.Config{Regions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{hs.URL}, Region: "us", Gateway: "us-1", Store: st, Token: "s3cret",
+		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { c.Run(ctx) })
+	waitFor(t, "shares with the token", func() bool { return st.Current() != nil })
+}

@@ -1,0 +1,318 @@
+// Package share enforces one region's share of global limits: a layer over
+// any limit.Store that cuts each limit of a request down to the share the
+// quota balancer gave this region, before the region's own store (its Redis)
+// counts it.
+//
+// The API runs in several regions, each deciding on its own store, while a
+// customer's limit is global. The balancer (sluice balancer) hands each
+// region a share of every busy key's limit, in proportion to where the key's
+// traffic is, with shares of one limit adding up to at most the whole; keys
+// it has no share for get the table's default share of this region. A
+// [Store] applies the current [Table], swapped in whole with [Store.Set],
+// and counts what each key asks for so that [Store.Usage] can tell the
+// balancer where traffic is.
+//
+// A table that has not been confirmed by the balancer for Config.Stale (5
+// minutes) loses its per-key shares: every key then gets the default share,
+// or its last share if that was smaller, so that regions that go stale at
+// different moments never add up to more than the whole.
+// Before the first table, the default is an even split between
+// Config.Regions.
+package share
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Pair names one limit of one key: the unit shares are given in.
+type Pair struct {
+	// Key is the store key (limit.Request.Key), such as "k:abc".
+	Key string
+	// Limit is the limit's name (limit.Limit.Name), such as "s".
+	Limit string
+}
+
+// Table is one version of this region's shares, in parts per million of
+// each limit ([Whole]). A Table given to [Store.Set] must not be modified
+// afterwards.
+type Table struct {
+	// Version orders tables; the balancer raises it with every change.
+	Version int64
+	// Default is this region's share of every limit not in Shares.
+	Default uint32
+	// Shares are this region's shares of the busy keys' limits.
+	Shares map[Pair]uint32
+}
+
+// Validate reports whether every share of t is at most Whole.
+func (t *Table) Validate() error {
+	if t.Default > Whole {
+		return fmt.Errorf("share: default share %d is above the whole %d", t.Default, Whole)
+	}
+	for p, s := range t.Shares {
+		if s > Whole {
+			return fmt.Errorf("share: share %d of key %q limit %q is above the whole %d", s, p.Key, p.Limit, Whole)
+		}
+	}
+	return nil
+}
+
+// Config configures a Store. Regions is required; the zero value of every
+// other field means its default.
+type Config struct {
+	// Regions is how many regions share each limit: before the first table
+	// each gets an even split, Whole / Regions.
+	Regions int
+	// Stale is how long a table stays in force without the balancer
+	// confirming it; after that each key gets the table's default share,
+	// or its own share in the table if that is smaller. Zero means 5
+	// minutes.
+	Stale time.Duration
+	// MaxTracked bounds how many pairs Usage counts per interval beyond the
+	// table's own. Zero means 10000.
+	MaxTracked int
+	// Now returns the current time. Nil means time.Now.
+	Now func() time.Time
+	// Logger receives the switch to and from stale shares. Nil discards.
+	Logger *slog.Logger
+	// Registerer receives the share metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// DefaultStale is how long shares stay in force without the balancer.
+const DefaultStale = 5 * time.Minute
+
+// Store is a limit.Store that cuts each limit down to this region's share
+// before the inner store counts it. Make one with New; the zero value is
+// not usable. It is safe for concurrent use. It starts no goroutines; the
+// caller owns the inner store and closes it.
+type Store struct {
+	inner limit.Store
+	cfg   Config
+	even  uint32
+
+	table   atomic.Pointer[Table]
+	contact atomic.Int64 // Unix nanoseconds of the last Set or Touch; 0: never
+	stale   atomic.Bool  // whether the last check found the table stale
+
+	seed   maphash.Seed
+	shards []usageShard
+	total  atomic.Int64 // tokens asked for since the last Usage, every key
+	since  atomic.Int64 // Unix nanoseconds of the last Usage (or of New)
+	born   int64        // Unix nanoseconds of New
+	mu     sync.Mutex   // serializes Usage
+}
+
+var (
+	_ limit.Store   = (*Store)(nil)
+	_ limit.Granter = (*Granter)(nil)
+)
+
+// New returns a Store over inner.
+func New(inner limit.Store, cfg Config) (*Store, error) {
+	switch {
+	case inner == nil:
+		return nil, errors.New("share: inner store is nil")
+	case cfg.Regions < 1:
+		return nil, fmt.Errorf("share: %d regions: want at least 1", cfg.Regions)
+	case cfg.Stale < 0:
+		return nil, fmt.Errorf("share: stale timeout %v is negative", cfg.Stale)
+	case cfg.MaxTracked < 0:
+		return nil, fmt.Errorf("share: MaxTracked %d is negative", cfg.MaxTracked)
+	}
+	if cfg.Stale == 0 {
+		cfg.Stale = DefaultStale
+	}
+	if cfg.MaxTracked == 0 {
+		cfg.MaxTracked = 10000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{inner: inner, cfg: cfg, even: uint32(Whole / cfg.Regions), seed: maphash.MakeSeed(),
+		shards: make([]usageShard, usageShards)}
+	for i := range s.shards {
+		s.shards[i].m = map[Pair]*counter{}
+	}
+	s.born = cfg.Now().UnixNano()
+	s.since.Store(s.born)
+	if cfg.Registerer != nil {
+		if err := registerMetrics(s, cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Set swaps t in as the table in force, whole: a request sees the old table
+// or the new one, never a mix. It counts as contact with the balancer.
+func (s *Store) Set(t *Table) error {
+	if t == nil {
+		return errors.New("share: table is nil")
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	s.table.Store(t)
+	s.Touch()
+	return nil
+}
+
+// Touch records that the balancer confirmed the table in force.
+func (s *Store) Touch() { s.contact.Store(s.cfg.Now().UnixNano()) }
+
+// Current returns the table in force, or nil before the first.
+func (s *Store) Current() *Table { return s.table.Load() }
+
+// Age reports how long ago the balancer last set or confirmed the table;
+// before the first table, how long ago the Store was made.
+func (s *Store) Age() time.Duration {
+	c := s.contact.Load()
+	if c == 0 {
+		c = s.born
+	}
+	return s.cfg.Now().Sub(time.Unix(0, c))
+}
+
+// Stale reports whether the table has gone unconfirmed past Config.Stale,
+// so that each key gets the table's default share or its own, whichever is
+// smaller. It is false before the first table, when the even split
+// applies.
+func (s *Store) Stale() bool {
+	return s.table.Load() != nil && s.Age() > s.cfg.Stale
+}
+
+// Share returns the share this region enforces for one limit of a key
+// now: the table's, its default (the smaller of the two when the table is
+// stale), or an even split before the first table.
+func (s *Store) Share(key, limitName string) uint32 {
+	return s.lookup(s.view(), Pair{key, limitName})
+}
+
+// view is the table to read for one request, with whether its per-key
+// shares are in force.
+type view struct {
+	t     *Table
+	fresh bool
+}
+
+func (s *Store) view() view {
+	t := s.table.Load()
+	if t == nil {
+		return view{}
+	}
+	stale := s.cfg.Now().UnixNano()-s.contact.Load() > int64(s.cfg.Stale)
+	if stale != s.stale.Load() && s.stale.CompareAndSwap(!stale, stale) {
+		if stale {
+			s.cfg.Logger.Warn("region shares are stale: the balancer has not answered; every key gets the default share",
+				"age", s.Age().String(), "default", Fraction(t.Default), "version", t.Version)
+		} else {
+			s.cfg.Logger.Info("region shares are fresh again", "version", t.Version)
+		}
+	}
+	return view{t, !stale}
+}
+
+func (s *Store) lookup(v view, p Pair) uint32 {
+	if v.t == nil {
+		return s.even
+	}
+	sh, ok := v.t.Shares[p]
+	switch {
+	case !ok:
+		return v.t.Default
+	case v.fresh:
+		return sh
+	}
+	// Stale: the default, but never more than the key's last share. Other
+	// regions may still run the same table fresh, or have gone stale
+	// already; either way each region's share is at most its share in one
+	// table whose shares add up to at most the whole.
+	return min(sh, v.t.Default)
+}
+
+// Take scales req's limits to this region's shares and passes it to the
+// inner store, whose Decision (and Source) it returns. A limit whose share
+// rounds to nothing refuses at once, for its period, without calling the
+// inner store, from FromRegionShare.
+func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	scaled, refused, ok := s.scale(req)
+	if !ok {
+		s.record(req, req.EffectiveCost(), 0)
+		return refused, nil
+	}
+	d, err := s.inner.Take(ctx, scaled)
+	if err == nil {
+		admitted := int64(0)
+		if d.Allowed {
+			admitted = req.EffectiveCost()
+		}
+		s.record(req, req.EffectiveCost(), admitted)
+	}
+	return d, err
+}
+
+// FromRegionShare is the Source of a refusal because this region's share
+// of a limit rounds to nothing: the balancer has given the key's traffic
+// to other regions.
+const FromRegionShare limit.Source = "region-share"
+
+// scale returns req with every limit scaled to its share. When a share is
+// too small to admit anything it returns the refusal to answer instead.
+func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool) {
+	v := s.view()
+	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, len(req.Limits))}
+	for i, l := range req.Limits {
+		sl, ok := Scale(l, s.lookup(v, Pair{req.Key, l.Name}))
+		if !ok {
+			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: FromRegionShare}, false
+		}
+		out.Limits[i] = sl
+	}
+	return out, limit.Decision{}, true
+}
+
+// Granter is a Store over a limit.Granter: it also takes batches of a
+// region's share, for token leases above it.
+type Granter struct {
+	*Store
+	inner limit.Granter
+}
+
+// NewGranter returns a Granter over inner.
+func NewGranter(inner limit.Granter, cfg Config) (*Granter, error) {
+	s, err := New(inner, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Granter{Store: s, inner: inner}, nil
+}
+
+// TakeUpTo scales req's limits to this region's shares and takes up to want
+// tokens of them from the inner store.
+func (g *Granter) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
+	scaled, refused, ok := g.scale(req)
+	if !ok {
+		g.record(req, req.EffectiveCost(), 0)
+		return 0, refused, nil
+	}
+	n, d, err := g.inner.TakeUpTo(ctx, scaled, want)
+	if err == nil {
+		g.record(req, max(n, req.EffectiveCost()), n)
+	}
+	return n, d, err
+}

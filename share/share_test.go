@@ -1,0 +1,247 @@
+package share_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
+	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/share"
+)
+
+func TestScale(t *testing.T) {
+	sec := time.Second
+	tests := []struct {
+		name   string
+		l      limit.Limit
+		share  uint32
+		want   limit.Limit
+		wantOK bool
+	}{
+		{"token bucket 60%", limit.Limit{Name: "s", Count: 100, Period: sec, Burst: 200}, 600_000,
+			limit.Limit{Name: "s", Count: 60_000, Period: 1000 * sec, Burst: 120, Algorithm: limit.TokenBucket}, true},
+		{"a third of 10 a second is 3.333", limit.Limit{Name: "s", Count: 10, Period: sec}, 333_333,
+			limit.Limit{Name: "s", Count: 3333, Period: 1000 * sec, Burst: 3, Algorithm: limit.TokenBucket}, true},
+		{"gcra becomes a token bucket", limit.Limit{Name: "s", Count: 10, Period: sec, Burst: 5, Algorithm: limit.GCRA}, Whole,
+			limit.Limit{Name: "s", Count: 10_000, Period: 1000 * sec, Burst: 5, Algorithm: limit.TokenBucket}, true},
+		{"window keeps its period", limit.Limit{Name: "m", Count: 1000, Period: time.Minute, Algorithm: limit.FixedWindow}, 100_000,
+			limit.Limit{Name: "m", Count: 100, Period: time.Minute, Algorithm: limit.FixedWindow}, true},
+		{"window rounds to no token", limit.Limit{Name: "login", Count: 5, Period: time.Minute, Algorithm: limit.SlidingWindow}, 100_000, limit.Limit{}, false},
+		{"burst rounds to none", limit.Limit{Name: "s", Count: 1000, Period: sec, Burst: 5}, 100_000, limit.Limit{}, false},
+		{"above whole is whole", limit.Limit{Name: "s", Count: 7, Period: sec}, 2 * Whole,
+			limit.Limit{Name: "s", Count: 7000, Period: 1000 * sec, Burst: 7, Algorithm: limit.TokenBucket}, true},
+		{"large counts refine less", limit.Limit{Name: "s", Count: 1 << 40, Period: time.Millisecond}, 500_000,
+			limit.Limit{Name: "s", Count: 10 << 39, Period: 10 * time.Millisecond, Burst: 1 << 39, Algorithm: limit.TokenBucket}, true},
+		{"long periods refine less", limit.Limit{Name: "y", Count: 1000, Period: 366 * 24 * time.Hour}, 500_000,
+			limit.Limit{Name: "y", Count: 5000, Period: 10 * 366 * 24 * time.Hour, Burst: 500, Algorithm: limit.TokenBucket}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := share.Scale(tt.l, tt.share)
+			if ok != tt.wantOK {
+				t.Fatalf("got ok %v, want %v (limit %+v)", ok, tt.wantOK, got)
+			}
+			if ok && got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+			if ok {
+				if err := got.Validate(); err != nil {
+					t.Errorf("scaled limit is invalid: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// Whole is share.Whole, short.
+const Whole = share.Whole
+
+// TestSharesAddUp checks the promise the balancer relies on: limits scaled
+// to shares that add up to at most Whole add up to at most the limit.
+func TestSharesAddUp(t *testing.T) {
+	splits := [][]uint32{{333_334, 333_333, 333_333}, {600_000, 300_000, 100_000}, {1, 999_999, 0}, {50_000, 50_000, 900_000}}
+	for _, alg := range []limit.Algorithm{limit.TokenBucket, limit.GCRA, limit.SlidingWindow} {
+		for _, count := range []int64{1, 2, 3, 7, 100, 999, 1_000_003} {
+			l := limit.Limit{Name: "s", Count: count, Period: time.Second, Burst: 2 * count, Algorithm: alg}
+			for _, split := range splits {
+				// Rates in tokens per refined period: Count × k per Period × k.
+				k := int64(1)
+				if alg != limit.SlidingWindow {
+					k = share.Refinement(l)
+				}
+				var sum, bursts int64
+				for _, s := range split {
+					sl, ok := share.Scale(l, s)
+					if ok {
+						if sl.Period != l.Period*time.Duration(k) {
+							t.Fatalf("%s count %d: got period %v, want %v", alg, count, sl.Period, l.Period*time.Duration(k))
+						}
+						sum += sl.Count
+						bursts += sl.EffectiveBurst()
+					}
+				}
+				if sum > count*k || (alg != limit.SlidingWindow && bursts > 2*count) {
+					t.Errorf("%s count %d split %v: got rates %d bursts %d, want at most %d and %d", alg, count, split, sum, bursts, count*k, 2*count)
+				}
+			}
+		}
+	}
+}
+
+func newStore(t *testing.T, clock *limittest.Clock, stale time.Duration) *share.Store {
+	t.Helper()
+	s, err := share.New(memstore.New(memstore.Config{Now: clock.Now}), share.Config{Regions: 3, Stale: stale, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// admit takes n requests of key at once and returns how many passed.
+func admit(t *testing.T, s limit.Store, key string, l limit.Limit, n int) int {
+	t.Helper()
+	got := 0
+	for range n {
+		d, err := s.Take(context.Background(), &limit.Request{Key: key, Limits: []limit.Limit{l}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			got++
+		}
+	}
+	return got
+}
+
+func TestStoreShares(t *testing.T) {
+	clock := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock, time.Minute)
+	l := limit.Limit{Name: "s", Count: 90, Period: time.Second}
+	// Before any table: an even third.
+	// Shares round down, so the even third (333333 ppm) of 90 is 29.
+	if got := admit(t, s, "k:before", l, 100); got != 29 {
+		t.Errorf("before a table: got %d admitted, want 29 (a third of 90, rounded down)", got)
+	}
+	if err := s.Set(&share.Table{Version: 1, Default: 100_000, Shares: map[share.Pair]uint32{{Key: "k:busy", Limit: "s"}: 800_000}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := admit(t, s, "k:busy", l, 100); got != 72 {
+		t.Errorf("busy key: got %d admitted, want 72 (80%% of 90)", got)
+	}
+	if got := admit(t, s, "k:quiet", l, 100); got != 9 {
+		t.Errorf("quiet key: got %d admitted, want 9 (the 10%% default)", got)
+	}
+	// Unconfirmed past the stale timeout, only the default applies.
+	clock.Advance(time.Minute + time.Millisecond)
+	if !s.Stale() {
+		t.Fatal("got fresh shares past the stale timeout")
+	}
+	// A minute refilled the bucket; its burst is now the default's 9.
+	if got := admit(t, s, "k:busy", l, 100); got != 9 {
+		t.Errorf("busy key with stale shares: got %d admitted, want 9 (the 10%% default)", got)
+	}
+	if got := s.Share("k:busy", "s"); got != 100_000 {
+		t.Errorf("got stale share %d, want the default 100000", got)
+	}
+	s.Touch()
+	if got := s.Share("k:busy", "s"); got != 800_000 {
+		t.Errorf("got share %d after contact, want 800000 again", got)
+	}
+	// A share below the default stays when stale: this region's part of a
+	// key whose traffic is elsewhere must not grow while another region
+	// may still run the same table fresh.
+	if err := s.Set(&share.Table{Version: 2, Default: 300_000, Shares: map[share.Pair]uint32{{Key: "k:elsewhere", Limit: "s"}: 50_000}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute + time.Millisecond)
+	if got := s.Share("k:elsewhere", "s"); got != 50_000 {
+		t.Errorf("got stale share %d, want the key's smaller share 50000", got)
+	}
+	if got := s.Share("k:other", "s"); got != 300_000 {
+		t.Errorf("got stale share %d for a key not in the table, want the default 300000", got)
+	}
+	if err := s.Set(&share.Table{Default: Whole + 1}); err == nil {
+		t.Error("got no error for a default share above the whole")
+	}
+}
+
+func TestZeroShareRefuses(t *testing.T) {
+	clock := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock, time.Minute)
+	if err := s.Set(&share.Table{Version: 1, Default: 0}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Take(context.Background(), &limit.Request{Key: "k:a",
+		Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}, {Name: "m", Count: 100, Period: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.Index != 0 || d.RetryAfter != time.Second || d.Source != share.FromRegionShare {
+		t.Errorf("got %+v, want a refusal by limit 0 for 1s from %q", d, share.FromRegionShare)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	clock := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock, time.Minute)
+	if err := s.Set(&share.Table{Version: 1, Default: Whole, Shares: map[share.Pair]uint32{{Key: "k:table", Limit: "s"}: Whole}}); err != nil {
+		t.Fatal(err)
+	}
+	small := limit.Limit{Name: "s", Count: 10, Period: time.Second}
+	big := limit.Limit{Name: "s", Count: 10000, Period: time.Second}
+	admit(t, s, "k:small", small, 15) // 150% of its rate asked, 10 admitted
+	admit(t, s, "k:big", big, 100)    // 1% of its rate
+	admit(t, s, "k:table", big, 1)    // 0.01%, but in the table
+	clock.Advance(2 * time.Second)
+	u := s.Usage(1)
+	if u.Span != 2*time.Second || u.Total != 116 {
+		t.Errorf("got span %v total %d, want 2s and 116", u.Span, u.Total)
+	}
+	want := []share.PairUsage{
+		{Pair: share.Pair{Key: "k:small", Limit: "s"}, Asked: 15, Admitted: 10},
+		{Pair: share.Pair{Key: "k:table", Limit: "s"}, Asked: 1, Admitted: 1},
+	}
+	if len(u.Pairs) != len(want) || u.Pairs[0] != want[0] || u.Pairs[1] != want[1] {
+		t.Errorf("got pairs %+v, want %+v", u.Pairs, want)
+	}
+	if u := s.Usage(10); u.Total != 0 || len(u.Pairs) != 0 {
+		t.Errorf("got %+v after a drain, want nothing", u)
+	}
+}
+
+// TestGranterConformance runs the granter suite through a whole share:
+// the layer must keep every promise of the store below it. (The store
+// suite is not run: it checks how a gcra limit carries its debt across a
+// rate change, and a split gcra limit is a token bucket by design.)
+func TestGranterConformance(t *testing.T) {
+	limittest.RunGranter(t, func(t *testing.T, now func() time.Time) limit.Granter {
+		s, err := share.NewGranter(memstore.New(memstore.Config{Now: now}), share.Config{Regions: 1, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// TestGCRAAsTokenBucket checks that a split gcra limit admits what the
+// token bucket of the same rate and burst admits, request by request.
+func TestGCRAAsTokenBucket(t *testing.T) {
+	clock := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock, time.Minute)
+	if err := s.Set(&share.Table{Version: 1, Default: 500_000}); err != nil {
+		t.Fatal(err)
+	}
+	model := memstore.New(memstore.Config{Now: clock.Now})
+	gcra := limit.Limit{Name: "s", Count: 20, Period: time.Second, Burst: 8, Algorithm: limit.GCRA}
+	bucket := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 4}
+	for i := range 200 {
+		got := admit(t, s, "k:g", gcra, 1)
+		want := admit(t, model, "k:g", bucket, 1)
+		if got != want {
+			t.Fatalf("request %d: got %d admitted, want %d as the token bucket", i, got, want)
+		}
+		clock.Advance(time.Duration(i%7) * 13 * time.Millisecond)
+	}
+}
