@@ -327,6 +327,10 @@ const (
 	// busy to get the shared store's answer in time, while the store was
 	// answering.
 	FromShed Source = "shed"
+	// FromRegionShare is a refusal because this region's share of a
+	// global limit rounds to nothing (package share): the balancer has
+	// given the key's traffic to other regions.
+	FromRegionShare Source = "region-share"
 )
 
 // ErrBadReply is wrapped by a store's error when the shared store answered,

@@ -248,7 +248,7 @@ func (s *Store) lookup(v view, p Pair) uint32 {
 // Take scales req's limits to this region's shares and passes it to the
 // inner store, whose Decision (and Source) it returns. A limit whose share
 // rounds to nothing refuses at once, for its period, without calling the
-// inner store, from FromRegionShare.
+// inner store, from limit.FromRegionShare.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	scaled, refused, ok := s.scale(req)
 	if !ok {
@@ -266,11 +266,6 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	return d, err
 }
 
-// FromRegionShare is the Source of a refusal because this region's share
-// of a limit rounds to nothing: the balancer has given the key's traffic
-// to other regions.
-const FromRegionShare limit.Source = "region-share"
-
 // scale returns req with every limit scaled to its share. When a share is
 // too small to admit anything it returns the refusal to answer instead.
 func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool) {
@@ -279,7 +274,7 @@ func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool)
 	for i, l := range req.Limits {
 		sl, ok := Scale(l, s.lookup(v, Pair{req.Key, l.Name}))
 		if !ok {
-			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: FromRegionShare}, false
+			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: limit.FromRegionShare}, false
 		}
 		out.Limits[i] = sl
 	}

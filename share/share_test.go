@@ -178,8 +178,8 @@ func TestZeroShareRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Allowed || d.Index != 0 || d.RetryAfter != time.Second || d.Source != share.FromRegionShare {
-		t.Errorf("got %+v, want a refusal by limit 0 for 1s from %q", d, share.FromRegionShare)
+	if d.Allowed || d.Index != 0 || d.RetryAfter != time.Second || d.Source != limit.FromRegionShare {
+		t.Errorf("got %+v, want a refusal by limit 0 for 1s from %q", d, limit.FromRegionShare)
 	}
 }
 
