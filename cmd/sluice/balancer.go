@@ -7,20 +7,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/share"
 )
@@ -128,27 +123,10 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", srv.Handler())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	// Run answers the held polls when ctx is done, so shutdown need not
 	// wait out the poll timeout.
-	wg.Go(func() { srv.Run(ctx) })
-	fmt.Fprintf(stdout, "sluice balancer: listening on http://%s\n", ln.Addr())
-	logger.Info("balancer listening", "addr", ln.Addr().String(), "regions", o.cfg.Regions, "interval", o.cfg.Interval.String(),
-		"standby_of", o.cfg.Primary)
-	err = gateway.Serve(ctx, gateway.NewServer(mux, logger), ln, o.shutdownTimeout)
-	cancel()
-	return err
+	return serveService(ctx, "balancer", "balancer", o.listen, srv.Handler(), srv.Run, reg, logger, stdout, o.shutdownTimeout,
+		"regions", o.cfg.Regions, "interval", o.cfg.Interval.String(), "standby_of", o.cfg.Primary)
 }
 
 // shareOptions are the gateway's flags for the quota balancer.

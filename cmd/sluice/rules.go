@@ -8,18 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -156,26 +151,8 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer svc.Close()
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", svc.Handler())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		// Run ends the waiting long polls when ctx is done, which lets the
-		// server shut down without waiting out the poll timeout.
-		svc.Run(ctx)
-	})
-	fmt.Fprintf(stdout, "sluice rules: listening on http://%s\n", ln.Addr())
-	logger.Info("rules service listening", "addr", ln.Addr().String(), "schema", o.cfg.Schema)
-	err = gateway.Serve(ctx, gateway.NewServer(mux, logger), ln, o.shutdownTimeout)
-	cancel()
-	return err
+	// Run ends the waiting long polls when ctx is done, which lets the
+	// server shut down without waiting out the poll timeout.
+	return serveService(ctx, "rules", "rules service", o.listen, svc.Handler(), svc.Run, reg, logger, stdout, o.shutdownTimeout,
+		"schema", o.cfg.Schema)
 }
