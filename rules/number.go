@@ -48,10 +48,13 @@ func parseRate(text string) (num, den int64, err error) {
 	}
 	num, den = w, 1
 	for _, c := range frac {
+		// Checked before each step: num stays below 2^53, so num×10+9
+		// cannot wrap around int64 into a small rate.
+		if num > (maxWhole-9)/10 {
+			return 0, 0, fmt.Errorf("rate %s has too many digits to read exactly (at most 2^53 once its decimal point is dropped): "+
+				"write fewer decimal places, or a whole rate over a longer period", text)
+		}
 		num, den = num*10+int64(c-'0'), den*10
-	}
-	if num > maxWhole {
-		return 0, 0, fmt.Errorf("rate %s is larger than 2^53, the largest rate sluice reads exactly", text)
 	}
 	g := gcd(num, den)
 	if g > 1 {
