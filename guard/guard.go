@@ -355,10 +355,28 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 	}
 	sh := s.shard(req.Key)
 	sh.mu.Lock()
+	from := sh.b.state
 	call, probe := sh.b.admit(s.now())
+	to := sh.b.state
 	sh.mu.Unlock()
+	if from != to {
+		// An open breaker whose pause is over lets its first call probe.
+		s.transitioned(sh, from, to, nil)
+	}
 	if !call {
 		return s.fallback(sh, req, nil)
+	}
+	if probe {
+		// A probe that panics (recovered above, as net/http does) must not
+		// leave the breaker half-open with its probe out forever.
+		defer func() {
+			if r := recover(); r != nil {
+				sh.mu.Lock()
+				sh.b.abandon(true)
+				sh.mu.Unlock()
+				panic(r)
+			}
+		}()
 	}
 	granted, d, err, v := s.ask(ctx, sh, req, max(want, req.EffectiveCost()))
 	switch v {
@@ -588,10 +606,13 @@ func (s *Store) transitioned(sh *shard, from, to State, err error) {
 		default:
 		}
 	}
-	if to == Open {
+	switch to {
+	case Open:
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "rate limit shard unavailable; limiting its keys locally",
 			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Duration("pause", s.pause), slog.Any("error", err))
-	} else {
+	case HalfOpen:
+		s.log.LogAttrs(context.Background(), slog.LevelDebug, "rate limit shard probed", slog.String("shard", sh.name))
+	default:
 		s.log.LogAttrs(context.Background(), slog.LevelInfo, "rate limit shard answering again",
 			slog.String("shard", sh.name), slog.String("from", from.String()))
 	}

@@ -147,7 +147,7 @@ func TestBreakerPerShard(t *testing.T) {
 	if a := take(t, s, bad); a.Source != limit.FromRedis {
 		t.Errorf("after a good probe: got answer from %s, want %s", a.Source, limit.FromRedis)
 	}
-	want := []string{"a:closed->open", "a:half-open->open", "a:half-open->closed"}
+	want := []string{"a:closed->open", "a:open->half-open", "a:half-open->open", "a:open->half-open", "a:half-open->closed"}
 	if strings.Join(transitions, " ") != strings.Join(want, " ") {
 		t.Errorf("got transitions %v, want %v", transitions, want)
 	}

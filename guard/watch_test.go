@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
 )
 
@@ -106,5 +107,51 @@ func TestCallerDeadlineOnAnsweringNode(t *testing.T) {
 	}
 	if st := s.Breaker(""); st != guard.Closed {
 		t.Errorf("breaker %v after the caller's deadline on an answering node, want closed", st)
+	}
+}
+
+// panicky fails its first call, panics on its second (the probe) and
+// answers after that.
+type panicky struct {
+	store *memstore.Store
+	calls atomic.Int64
+}
+
+func (p *panicky) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	switch p.calls.Add(1) {
+	case 1:
+		return limit.Decision{}, errors.New("connection refused")
+	case 2:
+		panic("remote store failed")
+	}
+	return p.store.Take(ctx, req)
+}
+
+// TestProbePanicReleasesTheProbe: a probe whose remote panics (recovered
+// above, as net/http does) leaves the breaker able to probe again, rather
+// than half-open with its probe out forever.
+func TestProbePanicReleasesTheProbe(t *testing.T) {
+	clk := limittest.NewClock(start)
+	remote := &panicky{store: memstore.New(memstore.Config{Now: clk.Now})}
+	s, err := guard.New(remote, guard.Config{TripAfter: 1, Pause: time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req := &limit.Request{Key: "k:a", Limits: perSecond(10, 10)}
+	if d, _ := s.Take(context.Background(), req); d.Source != limit.FromLocalFallback {
+		t.Fatalf("first call: source %q, want %q", d.Source, limit.FromLocalFallback)
+	}
+	clk.Advance(time.Second)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the probe's panic was swallowed")
+			}
+		}()
+		s.Take(context.Background(), req)
+	}()
+	if d, err := s.Take(context.Background(), req); err != nil || d.Source != limit.FromRedis {
+		t.Fatalf("after the probe panicked: %+v, %v; want the next call to probe and get the remote's answer", d, err)
 	}
 }

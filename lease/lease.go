@@ -254,8 +254,26 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	e.mu.Unlock()
 	s.metrics.asked(fetch, dropped)
 
+	// Whatever happens to the call, even a panic in the inner store, the
+	// flags it set are cleared and its waiters woken.
+	asked := false
+	defer func() {
+		if asked {
+			return
+		}
+		e.mu.Lock()
+		if fetch {
+			b.fetching = false
+		}
+		if asking != nil {
+			close(asking)
+			b.asking, b.lastRefused = nil, false
+		}
+		e.mu.Unlock()
+	}()
 	one := limit.Request{Key: req.Key, Cost: need, Limits: req.Limits}
 	granted, d, err := s.inner.TakeUpTo(ctx, &one, want)
+	asked = true
 
 	now = s.now().UnixMilli()
 	e.mu.Lock()
@@ -274,6 +292,11 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 		}
 		if err == nil && shared(d.Source) {
 			b.deny(now, cost, s.ttl, d, holdFor(req, d, size, cost))
+		} else {
+			// No shared answer to wait for (an error, a shed request, a
+			// local guess): the waiters ask for themselves, at once,
+			// rather than one after another each waiting out the guard.
+			b.lastRefused = false
 		}
 		return d, err
 	}

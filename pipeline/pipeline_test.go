@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -270,5 +271,47 @@ func TestStrayValueIsNotAnOutage(t *testing.T) {
 		if mf.GetName() == "sluice_guard_breaker_opened_total" {
 			t.Errorf("the breaker opened over one key's stray value: %v", mf)
 		}
+	}
+}
+
+// TestNodeWideErrorsAreOutages: a node out of memory (OOM) or busy running
+// a script (BUSY) cannot serve any key. Its keys are limited locally, as
+// in any outage; no request is let through as if one key's data were bad.
+func TestNodeWideErrorsAreOutages(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		breakNode func(t *testing.T, srv *redistest.Server)
+	}{
+		{"OOM", func(t *testing.T, srv *redistest.Server) {
+			if _, err := srv.Do(t.Context(), "CONFIG", "SET", "maxmemory", "1"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"BUSY", func(t *testing.T, srv *redistest.Server) {
+			if _, err := srv.Do(t.Context(), "CONFIG", "SET", "busy-reply-threshold", "20"); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				// A script that runs a second: the node answers BUSY meanwhile.
+				srv.Do(context.Background(), "EVAL", `local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 2 do end return 1`, "0")
+			}()
+			t.Cleanup(func() { <-done })
+			time.Sleep(200 * time.Millisecond)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Standalone(t)
+			p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: 1, Timeout: calm, NoLeases: true})
+			tc.breakNode(t, srv)
+			for i := range 10 {
+				req := limit.Request{Key: fmt.Sprintf("k:%d", i), Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}}
+				d, err := p.Take(t.Context(), &req)
+				if err != nil || d.Source != limit.FromLocalFallback {
+					t.Fatalf("request %d: %+v, %v; want an answer from %s", i+1, d, err, limit.FromLocalFallback)
+				}
+			}
+		})
 	}
 }

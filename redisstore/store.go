@@ -100,8 +100,9 @@ var (
 	ErrTimeout = errors.New("redis timed out")
 	// ErrUnavailable is a Take that could not reach a node able to serve
 	// the key: connection refused or lost, the cluster down or failing
-	// over (CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY), too many
-	// redirects, or the store closed.
+	// over (CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY), a node
+	// that cannot serve any key now (BUSY, OOM, MISCONF, NOAUTH, WRONGPASS,
+	// NOPERM, NOREPLICAS), too many redirects, or the store closed.
 	ErrUnavailable = errors.New("redis unavailable")
 	// ErrReply is a Take that Redis answered, but with an error the store
 	// does not expect or a reply of the wrong shape: a bug, a script error,
@@ -442,6 +443,23 @@ var errClosed = fmt.Errorf("redisstore: store is closed: %w", ErrUnavailable)
 // reply is ErrReply unless it says the node cannot serve now: WRONGTYPE (a
 // foreign value under one of the store's keys), a script error or a
 // malformed state are Redis answering, not an outage.
+// nodeWideErrors start the error replies that say the node cannot serve
+// any key now, not that one key's data is wrong: a failover or a read-only
+// replica, a script hogging it (BUSY), memory or disk trouble (OOM,
+// MISCONF), credentials or permissions (NOAUTH, WRONGPASS, NOPERM), too few
+// replicas (NOREPLICAS). They are outages of the node, so the guard limits
+// its keys locally rather than failing each request alone.
+var nodeWideErrors = []string{"MASTERDOWN", "READONLY", "BUSY", "OOM", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM", "NOREPLICAS"}
+
+func nodeWide(msg string) bool {
+	for _, p := range nodeWideErrors {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func classify(err error) error {
 	var netErr net.Error
 	switch {
@@ -454,8 +472,7 @@ func classify(err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
 		_, moved := re.IsRedirect()
-		if moved || re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() ||
-			strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "READONLY") {
+		if moved || re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() || nodeWide(msg) {
 			return ErrUnavailable
 		}
 		return ErrReply

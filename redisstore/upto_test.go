@@ -31,7 +31,7 @@ func TestTakeUpToConformance(t *testing.T) {
 // script reads Redis's TIME.
 func TestTakeUpToRedisClock(t *testing.T) {
 	s := newStore(t, redisstore.Config{Addrs: cluster.Addrs()})
-	req := &limit.Request{Key: t.Name(), Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Hour, Burst: 10}}}
+	req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Hour, Burst: 10}}}
 	for i, want := range []int64{4, 4, 2, 0} {
 		g, d, err := s.TakeUpTo(context.Background(), req, 4)
 		if err != nil {

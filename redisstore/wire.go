@@ -160,11 +160,17 @@ type wire struct {
 }
 
 func (c *wire) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	if n > 0 && c.owedSince.CompareAndSwap(0, monotonic()) {
-		c.owedMark.Store(c.read.Load())
+	// Marked before the bytes go out: a reply cannot come before its
+	// request, so a read that follows always clears this mark. Marked
+	// after, a writer held up past its syscall could set it once the reply
+	// had already been read, and an idle connection would owe forever.
+	if len(p) > 0 {
+		mark := c.read.Load()
+		if c.owedSince.CompareAndSwap(0, monotonic()) {
+			c.owedMark.Store(mark)
+		}
 	}
-	return n, err
+	return c.Conn.Write(p)
 }
 
 func (c *wire) Read(p []byte) (int, error) {

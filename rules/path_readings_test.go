@@ -48,10 +48,10 @@ rules:
 		method, path string
 		want         string // the endpoint, or "400" for a PathError
 	}{
-		{"GET", "/v1/export/..;/x", "export"},      // Go's ServeMux routes it to /v1/export/
+		{"GET", "/v1/export/..;/x", "export"},       // Go's ServeMux routes it to /v1/export/
 		{"GET", "/v1/export/a/..;/..;/x", "export"}, // likewise
-		{"GET", "/v1/export/%2e%2e/x", "400"},      // "%252e%252e" as sent: decoded again, it leaves the endpoint
-		{"GET", "/v1/a/.. /export/x", "400"},       // ".. " trimmed is "..": it reaches the endpoint
+		{"GET", "/v1/export/%2e%2e/x", "400"},       // "%252e%252e" as sent: decoded again, it leaves the endpoint
+		{"GET", "/v1/a/.. /export/x", "400"},        // ".. " trimmed is "..": it reaches the endpoint
 		{"GET", "/ſearch/x", "400"},
 		{"GET", "/\u212Av/x", "400"},
 		{"GET", "/SEARCH/x", "searches"},
