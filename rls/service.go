@@ -56,7 +56,12 @@ type Config struct {
 	// MaxEntries is the most entries one descriptor may carry, at most 16.
 	// Zero means 16.
 	MaxEntries int
-	// MaxEntryBytes bounds each entry's key and value. Zero means 1024.
+	// MaxEntryBytes bounds each entry's key, which Envoy's configuration
+	// sets. Zero means 1024. Values are not bounded here: Envoy copies them
+	// from the client (request_headers), and refusing the request as
+	// malformed would let a long header through every limit wherever
+	// Envoy fails open; counter names hash long values, and gRPC's message
+	// size bounds the whole request.
 	MaxEntryBytes int
 	// NearLimitRatio is the share of a limit past which a hit counts as
 	// near the limit. Zero means 0.8, as in envoyproxy/ratelimit.
@@ -433,8 +438,8 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 			switch {
 			case e.GetKey() == "":
 				return fmt.Errorf("descriptor %d entry %d has an empty key", i, j)
-			case len(e.GetKey()) > s.maxBytes || len(e.GetValue()) > s.maxBytes:
-				return fmt.Errorf("descriptor %d entry %d: key or value longer than %d bytes", i, j, s.maxBytes)
+			case len(e.GetKey()) > s.maxBytes:
+				return fmt.Errorf("descriptor %d entry %d: key is %d bytes, longer than %d", i, j, len(e.GetKey()), s.maxBytes)
 			}
 		}
 	}

@@ -260,7 +260,7 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		{"no entries", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc())}, "descriptor 0 has no entries"},
 		{"20 entries", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc(long...))}, "20 entries, more than 16"},
 		{"empty key", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("", "v"))}, "empty key"},
-		{"long value", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("k", strings.Repeat("v", 1025)))}, "longer than 1024 bytes"},
+		{"long key", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc(strings.Repeat("k", 1025), "v"))}, "key is 1025 bytes, longer than 1024"},
 		{"two costs", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("k", "a"),
 			&ratelimitv3.RateLimitDescriptor{Entries: desc("k", "b").Entries, HitsAddend: wrapperspb.UInt64(3)})}, "different hits_addend"},
 	}
@@ -289,6 +289,36 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 	})
 	// An unknown domain has no limits.
 	runSteps(t, s, "unknown", []step{{descs: ds(desc("k", "v")), want: "OK: OK"}})
+}
+
+// A descriptor value comes from the client (Envoy's request_headers
+// action): however long, it must not turn the request into an error,
+// which Envoy's usual failure_mode_deny: false lets through every limit,
+// including one the client has already used up.
+func TestLongValueIsLimitedNotAnError(t *testing.T) {
+	s := serve(t, `
+domain: longval
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`, clusterStore(t))
+	ip := desc("remote_address", "10.0.0.1")
+	long := strings.Repeat("u", 1025)
+	huge := strings.Repeat("w", 64<<10)
+	runSteps(t, s, "longval", []step{
+		{descs: ds(ip, desc("generic_key", "api", "user", "u")), want: "OK: OK OK"},
+		{descs: ds(ip, desc("generic_key", "api", "user", long)), want: "OVER_LIMIT: OVER_LIMIT OK"},
+		{descs: ds(desc("generic_key", "api", "user", long)), want: "OK: OK"},
+		{descs: ds(desc("generic_key", "api", "user", long)), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("generic_key", "api", "user", huge)), want: "OK: OK"},
+		{descs: ds(desc("generic_key", "api", "user", huge)), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("generic_key", "api", "user", long[1:]+"v")), want: "OK: OK"},
+	})
 }
 
 func TestMetricNamesFollowEnvoyRatelimit(t *testing.T) {
