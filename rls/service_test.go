@@ -261,8 +261,6 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		{"20 entries", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc(long...))}, "20 entries, more than 16"},
 		{"empty key", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("", "v"))}, "empty key"},
 		{"long key", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc(strings.Repeat("k", 1025), "v"))}, "key is 1025 bytes, longer than 1024"},
-		{"two costs", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("k", "a"),
-			&ratelimitv3.RateLimitDescriptor{Entries: desc("k", "b").Entries, HitsAddend: wrapperspb.UInt64(3)})}, "different hits_addend"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -319,6 +317,48 @@ descriptors:
 		{descs: ds(desc("generic_key", "api", "user", huge)), want: "OVER_LIMIT: OVER_LIMIT"},
 		{descs: ds(desc("generic_key", "api", "user", long[1:]+"v")), want: "OK: OK"},
 	})
+}
+
+// Two of a route's rate_limits, one with its own hits_addend (say, bytes):
+// each cost is taken in its own store call, cheapest first, all or nothing
+// within it, and the first refusal ends the request. Never an error, which
+// Envoy's usual failure_mode_deny: false would let through every limit.
+func TestDescriptorsOfDifferentCostsAreEachLimited(t *testing.T) {
+	s := serve(t, `
+domain: mix
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: bytes
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+`, clusterStore(t))
+	bytes := func(v string, n uint64) *ratelimitv3.RateLimitDescriptor {
+		return &ratelimitv3.RateLimitDescriptor{Entries: desc("bytes", v).Entries, HitsAddend: wrapperspb.UInt64(n)}
+	}
+	ip := desc("remote_address", "10.0.0.1")
+	resps := runSteps(t, s, "mix", []step{
+		// The address's limit refuses: the bytes, taken after it, are not.
+		{descs: ds(bytes("a", 500), ip), want: "OK: OK OK"},
+		{descs: ds(bytes("a", 500), ip), want: "OVER_LIMIT: OK OVER_LIMIT"},
+		{descs: ds(bytes("a", 400)), want: "OK: OK"},
+		// The bytes refuse: the user's hit, taken first at its own cost, stays.
+		{descs: ds(desc("user", "u"), bytes("b", 600), desc("user", "v")), want: "OK: OK OK OK"},
+		{descs: ds(desc("user", "u"), bytes("b", 600), desc("user", "v")), want: "OVER_LIMIT: OK OVER_LIMIT OK"},
+		{descs: ds(desc("user", "u")), want: "OK: OK"},
+		// A cost over what a limit ever holds: the refusal says so.
+		{descs: ds(bytes("c", 1001), desc("user", "w")), hits: 2, want: "OVER_LIMIT: OVER_LIMIT OK"},
+	})
+	if got := resps[2].GetStatuses()[0].GetLimitRemaining(); got != 100 {
+		t.Errorf("bytes a remaining after 500 and 400, a refused request between: got %d, want 100", got)
+	}
+	if got := resps[5].GetStatuses()[0].GetLimitRemaining(); got != 7 {
+		t.Errorf("user u remaining after three requests: got %d, want 7", got)
+	}
+	if body := string(resps[6].GetRawBody()); !strings.Contains(body, "costs 1001 hits, more than the 1000") {
+		t.Errorf("refusal body: got %q, want it to say the cost exceeds the limit", body)
+	}
 }
 
 func TestMetricNamesFollowEnvoyRatelimit(t *testing.T) {
