@@ -5,9 +5,9 @@
 //
 // The rules are envoyproxy/ratelimit's YAML configuration (domains, nested
 // descriptors, rate_limit with unit and requests_per_unit, unlimited,
-// name and replaces, shadow_mode, detailed_metric, wildcard values), with
-// three extensions in the rate_limit block: algorithm, burst and
-// fail_mode. [LoadRules] compiles them; [Watcher] keeps them current.
+// name and replaces, shadow_mode, detailed_metric, '*' wildcards anywhere
+// in a value, share_threshold), with three extensions in the rate_limit
+// block: algorithm, burst and fail_mode. [LoadRules] compiles them; [Watcher] keeps them current.
 //
 // Each request is one limit.Request per cost (hits_addend): the key is
 // the domain, and each limited descriptor is one limit named for its

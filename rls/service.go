@@ -160,11 +160,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // item is one descriptor of a request.
 type item struct {
-	n      *node // nil: no limit applies (none matched, replaced, negative hits)
-	metric string
-	cost   int64
-	call   *call // the store call its limit is in; nil when none
-	index  int   // its limit's index in call.req.Limits
+	found // n nil: no limit applies (none matched, replaced, negative hits)
+	cost  int64
+	call  *call // the store call its limit is in; nil when none
+	index int   // its limit's index in call.req.Limits
 }
 
 // call is one store call: the enforced descriptors of one cost, or the
@@ -228,9 +227,9 @@ func (g costGroups) deciding() *call {
 	return best
 }
 
-// add puts the limit of it, for entries, in c, once per counter.
-func (c *call) add(it *item, entries []*ratelimitv3.RateLimitDescriptor_Entry) {
-	name := counterName(entries)
+// add puts the limit of it in c, once per counter.
+func (c *call) add(it *item) {
+	name := counterName(it.named, it.shared)
 	it.call = c
 	for i := range c.req.Limits {
 		if c.req.Limits[i].Name == name {
@@ -286,7 +285,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 				s.log.Warn("rls: ignoring a descriptor's limit override: sluice limits by its configuration", "domain", domain)
 			})
 		}
-		items[i].n, items[i].metric = rules.match(domain, d.GetEntries())
+		items[i].found = rules.match(domain, d.GetEntries())
 		if n := items[i].n; n != nil {
 			replaced = append(replaced, n.rule.replaces...)
 		}
@@ -314,7 +313,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 		if it.n.shadow {
 			g = &shadow
 		}
-		g.of(keyPrefix+domain, it.cost).add(it, descs[i].GetEntries())
+		g.of(keyPrefix+domain, it.cost).add(it)
 	}
 	enforced.sort()
 	shadow.sort()
@@ -512,18 +511,20 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 
 // counterName is the limit name of a descriptor's counter: its entries as
 // key=value joined by '/', each byte outside [A-Za-z0-9._~-] written %XX,
-// so that distinct descriptors never share a name. Names longer than a
-// limit name may be (64 bytes) are '#' and the SHA-256 of that text,
-// which '%'-escaping never produces.
-func counterName(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+// so that distinct descriptors never share a name. The value of an entry
+// marked in shared (bit i for entry i) is a share_threshold wildcard's
+// pattern, its '*' kept as is, which escaping a request's value never
+// produces. Names longer than a limit name may be (64 bytes) are '#' and
+// the SHA-256 of that text, which '%'-escaping never produces either.
+func counterName(entries []*ratelimitv3.RateLimitDescriptor_Entry, shared uint32) string {
 	b := make([]byte, 0, 64)
 	for i, e := range entries {
 		if i > 0 {
 			b = append(b, '/')
 		}
-		b = escape(b, e.GetKey())
+		b = escape(b, e.GetKey(), false)
 		b = append(b, '=')
-		b = escape(b, e.GetValue())
+		b = escape(b, e.GetValue(), shared&(1<<i) != 0)
 	}
 	if len(b) <= 64 {
 		return string(b)
@@ -532,11 +533,13 @@ func counterName(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
 	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-func escape(b []byte, s string) []byte {
+// escape appends s to b, each byte outside [A-Za-z0-9._~-] written %XX;
+// with star, '*' is kept.
+func escape(b []byte, s string, star bool) []byte {
 	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-' {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-' || star && c == '*' {
 			b = append(b, c)
 			continue
 		}

@@ -154,6 +154,64 @@ descriptors:
 	}
 }
 
+// envoyproxy/ratelimit's wildcards: a '*' anywhere in a value matches any
+// run of bytes, and share_threshold makes all values a wildcard matches
+// share one counter. Neither may load with its limit missing.
+func TestWildcardsAnywhereAndSharedThresholds(t *testing.T) {
+	s := serve(t, `
+domain: glob
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: path
+    value: /api/*/action/*
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: files
+    value: files/*/big
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: tenant
+    value: "*"
+    share_threshold: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 1}
+`, clusterStore(t))
+	runSteps(t, s, "glob", []step{
+		{descs: ds(desc("path", "/api/123/action")), want: "OK: OK"},
+		{descs: ds(desc("path", "/api/123/action")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("path", "/api/124/action")), want: "OK: OK"}, // each value counts alone
+		{descs: ds(desc("path", "/api//action")), want: "OK: OK"},    // '*' matches the empty run
+		{descs: ds(desc("path", "/api/1/2/action")), want: "OK: OK"},
+		{descs: ds(desc("path", "/api/1/2/action")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("path", "/api/1/action/x")), want: "OK: OK"}, // the more literal pattern: 2
+		{descs: ds(desc("path", "/api/1/action/x")), want: "OK: OK"},
+		{descs: ds(desc("path", "/api/1/action/x")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("path", "/api/1/actions")), want: "OK: OK"}, // matches neither
+		{descs: ds(desc("path", "/api/1/actions")), want: "OK: OK"},
+		// Shared: every value under files/* takes from one counter of 2.
+		{descs: ds(desc("files", "files/a")), want: "OK: OK"},
+		{descs: ds(desc("files", "files/b")), want: "OK: OK"},
+		{descs: ds(desc("files", "files/c")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("files", "files/*")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("files", "files/x/big")), want: "OK: OK"}, // its own pattern, not shared
+		{descs: ds(desc("files", "files/y/big")), want: "OK: OK"},
+		// Shared at the first level only: each user counts alone, across tenants.
+		{descs: ds(desc("tenant", "t1", "user", "u")), want: "OK: OK"},
+		{descs: ds(desc("tenant", "t2", "user", "u")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("tenant", "t2", "user", "v")), want: "OK: OK"},
+	})
+	for _, name := range []string{"path_/api/*/action", "files_files/*", "tenant_*.user"} {
+		if got := s.counter(t, "sluice_rls_total_hits_total", "glob", name); got == 0 {
+			t.Errorf("total_hits for %s: got 0, want hits", name)
+		}
+	}
+}
+
 func TestReplaces(t *testing.T) {
 	// envoyproxy/ratelimit's seventh example.
 	s := serve(t, `
