@@ -293,6 +293,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 
 	// One store call per cost: a store takes a request's limits at one cost.
 	var enforced, shadow costGroups
+	key := keyPrefix + domain
 	blocked := false // an enforced descriptor has requests_per_unit 0
 	for i := range items {
 		it := &items[i]
@@ -313,7 +314,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 		if it.n.shadow {
 			g = &shadow
 		}
-		g.of(keyPrefix+domain, it.cost).add(it)
+		g.of(key, it.cost).add(it)
 	}
 	enforced.sort()
 	shadow.sort()
