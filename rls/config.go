@@ -45,9 +45,9 @@ func (r *Rules) Domains() []string {
 type children map[string]*keyed
 
 // keyed are the descriptors of one level that share an entry key: those
-// with a value, those whose value ends in '*' (longest prefix first), and
-// the one without a value, which matches any value. A request entry takes
-// the most specific: exact value, then wildcard, then any.
+// with a value, those whose value holds a '*' (most literal bytes first),
+// and the one without a value, which matches any value. A request entry
+// takes the most specific: exact value, then wildcard, then any.
 type keyed struct {
 	exact map[string]*node
 	wild  []*node
@@ -56,9 +56,10 @@ type keyed struct {
 
 // node is one configured descriptor.
 type node struct {
-	key, value string // value is the prefix of a wildcard
-	wildcard   bool
-	rule       *rule // nil: no rate_limit block
+	key, value string // value is the pattern of a wildcard, '*' included
+	wildcard   bool   // value holds a '*', which matches any run of bytes
+	share      bool   // share_threshold: all values the wildcard matches share one counter
+	rule       *rule  // nil: no rate_limit block
 	shadow     bool
 	detailed   bool   // detailed_metric: the metric names the request's value
 	metric     string // the metric name of this node's path, without the domain
@@ -260,6 +261,12 @@ func pairs(m *yaml.Node) func(yield func(k, v *yaml.Node) bool) {
 	}
 }
 
+// literal is how many bytes of a wildcard pattern are not '*': the more,
+// the more specific the pattern.
+func literal(pattern string) int {
+	return len(pattern) - strings.Count(pattern, "*")
+}
+
 // maxDepth bounds nesting: envoy sends at most a few entries a descriptor.
 const maxDepth = 16
 
@@ -289,10 +296,10 @@ func (p *parser) descriptors(list *yaml.Node, prefix string, depth int) (childre
 		switch {
 		case n.wildcard:
 			if slices.ContainsFunc(k.wild, func(o *node) bool { return o.value == n.value }) {
-				return nil, p.errorf(item, "descriptor %s=%s* is configured twice at this level", n.key, n.value)
+				return nil, p.errorf(item, "descriptor %s=%s is configured twice at this level", n.key, n.value)
 			}
 			k.wild = append(k.wild, n)
-			slices.SortStableFunc(k.wild, func(a, b *node) int { return cmp.Compare(len(b.value), len(a.value)) })
+			slices.SortStableFunc(k.wild, func(a, b *node) int { return cmp.Compare(literal(b.value), literal(a.value)) })
 		case n.value == "":
 			if k.any != nil {
 				return nil, p.errorf(item, "descriptor with key %q and no value is configured twice at this level", n.key)
@@ -314,7 +321,7 @@ func (p *parser) descriptor(item *yaml.Node, prefix string, depth int) (*node, e
 		return nil, p.errorf(item, "a descriptor must be a mapping with a key")
 	}
 	n := &node{}
-	var rl, nested *yaml.Node
+	var rl, nested, shareN *yaml.Node
 	for k, v := range pairs(item) {
 		switch k.Value {
 		case "key":
@@ -329,6 +336,11 @@ func (p *parser) descriptor(item *yaml.Node, prefix string, depth int) (*node, e
 			if err := v.Decode(&n.shadow); err != nil {
 				return nil, p.errorf(v, "shadow_mode must be true or false")
 			}
+		case "share_threshold":
+			if err := v.Decode(&n.share); err != nil {
+				return nil, p.errorf(v, "share_threshold must be true or false")
+			}
+			shareN = k
 		case "detailed_metric":
 			if err := v.Decode(&n.detailed); err != nil {
 				return nil, p.errorf(v, "detailed_metric must be true or false")
@@ -342,11 +354,15 @@ func (p *parser) descriptor(item *yaml.Node, prefix string, depth int) (*node, e
 	if n.key == "" {
 		return nil, p.errorf(item, "descriptor has no key")
 	}
-	if v, ok := strings.CutSuffix(n.value, "*"); ok {
-		n.value, n.wildcard = v, true
-	}
-	if strings.Contains(n.value, "*") {
-		p.warnf(item, "descriptor %s=%s: only a trailing '*' is a wildcard; the others match a literal '*'", n.key, n.value)
+	n.wildcard = strings.Contains(n.value, "*")
+	switch {
+	case !n.share || n.wildcard:
+	case n.value == "":
+		// Without a value each value counts alone; sharing needs value: "*".
+		return nil, p.errorf(shareN, "descriptor with key %q: share_threshold needs a value with a '*' wildcard (value: \"*\" shares one counter among all values)", n.key)
+	default:
+		p.warnf(shareN, "descriptor %s=%s: share_threshold has no effect on a value without '*'", n.key, n.value)
+		n.share = false
 	}
 	n.metric = n.segment("")
 	if prefix != "" {

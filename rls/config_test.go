@@ -26,6 +26,8 @@ func TestParseRulesErrors(t *testing.T) {
 		{"bad fail mode", "domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1, fail_mode: maybe}}]\n", `fail_mode "maybe"`},
 		{"unenforceable", "domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 20000, algorithm: sliding_log}}]\n", "sliding_log keeps one entry per token"},
 		{"bad replaces", "domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}}]\n", "replaces entry"},
+		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n", `test.yaml:4: descriptor with key "k": share_threshold needs a value with a '*'`},
+		{"share not bool", "domain: d\ndescriptors: [{key: k, value: v*, share_threshold: maybe}]\n", "share_threshold must be true or false"},
 		{"two documents", "domain: d\n---\ndomain: e\n", "more than one YAML document"},
 	}
 	for _, tt := range tests {
@@ -48,13 +50,17 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 5, burst: 9, colour: red}
   - key: u
     rate_limit: {unlimited: true, unit: second}
+  - key: s
+    value: exact
+    share_threshold: true
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(warnings, "\n")
 	for _, want := range []string{`test.yaml:3: ignoring unknown field "colour"`, "ignoring quota_mode", "sliding_window ignores burst",
-		`ignoring unknown rate_limit field "colour"`, "unlimited is set"} {
+		`ignoring unknown rate_limit field "colour"`, "unlimited is set",
+		"test.yaml:12: descriptor s=exact: share_threshold has no effect"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("warnings %q: want one containing %q", got, want)
 		}

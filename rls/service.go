@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -38,7 +39,8 @@ type RuleSource interface {
 type Config struct {
 	// Store keeps the counters: the same stack the gateway runs on
 	// (pipeline.New in production; memstore or redisstore alone in tests).
-	// All limited descriptors of one request are taken in one Take call.
+	// The limited descriptors of one request that share a cost are taken
+	// in one Take call.
 	Store limit.Store
 	// Rules supplies the domains for each request.
 	Rules RuleSource
@@ -56,7 +58,12 @@ type Config struct {
 	// MaxEntries is the most entries one descriptor may carry, at most 16.
 	// Zero means 16.
 	MaxEntries int
-	// MaxEntryBytes bounds each entry's key and value. Zero means 1024.
+	// MaxEntryBytes bounds each entry's key, which Envoy's configuration
+	// sets. Zero means 1024. Values are not bounded here: Envoy copies them
+	// from the client (request_headers), and refusing the request as
+	// malformed would let a long header through every limit wherever
+	// Envoy fails open; counter names hash long values, and gRPC's message
+	// size bounds the whole request.
 	MaxEntryBytes int
 	// NearLimitRatio is the share of a limit past which a hit counts as
 	// near the limit. Zero means 0.8, as in envoyproxy/ratelimit.
@@ -153,23 +160,76 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // item is one descriptor of a request.
 type item struct {
-	n      *node // nil: no limit applies (none matched, replaced, negative hits)
-	metric string
-	cost   int64
-	call   *call // the store call its limit is in; nil when none
-	index  int   // its limit's index in call.req.Limits
+	found // n nil: no limit applies (none matched, replaced, negative hits)
+	cost  int64
+	call  *call // the store call its limit is in; nil when none
+	index int   // its limit's index in call.req.Limits
 }
 
-// call is one store call: the enforced descriptors, or the shadow ones.
+// call is one store call: the enforced descriptors of one cost, or the
+// shadow ones.
 type call struct {
-	req limit.Request
-	d   limit.Decision
-	err error
+	req    limit.Request
+	d      limit.Decision
+	err    error
+	failed int // the limit that fails closed while the store failed, or -1
 }
 
-// add puts the limit of it, for entries, in c, once per counter.
-func (c *call) add(it *item, entries []*ratelimitv3.RateLimitDescriptor_Entry) {
-	name := counterName(entries)
+// refused reports whether c's answer refuses the request: its limit
+// refused, or the store failed under a fail-closed limit.
+func (c *call) refused() bool {
+	return c.failed >= 0 || c.err == nil && !c.d.Allowed
+}
+
+// costGroups are a request's store calls, one per cost.
+type costGroups []*call
+
+// of returns the call for cost, adding it when there is none.
+func (g *costGroups) of(key string, cost int64) *call {
+	for _, c := range *g {
+		if c.req.Cost == cost {
+			return c
+		}
+	}
+	c := &call{req: limit.Request{Key: key, Cost: cost}, failed: -1}
+	*g = append(*g, c)
+	return c
+}
+
+// sort puts the calls in the order they are taken: cheapest first.
+func (g costGroups) sort() {
+	slices.SortFunc(g, func(a, b *call) int { return cmp.Compare(a.req.Cost, b.req.Cost) })
+}
+
+// drop removes the calls from index from on, which are not taken, and
+// unlinks their items so that those report OK without a count.
+func (g *costGroups) drop(items []item, from int) {
+	for i := range items {
+		if items[i].call != nil && slices.Contains((*g)[from:], items[i].call) {
+			items[i].call = nil
+		}
+	}
+	*g = (*g)[:from]
+}
+
+// deciding is the call whose answer stands for the request: the refusing
+// one, else the answered one with the fewest hits left; nil when none.
+func (g costGroups) deciding() *call {
+	var best *call
+	for _, c := range g {
+		if c.refused() {
+			return c
+		}
+		if c.err == nil && (best == nil || c.d.Remaining < best.d.Remaining) {
+			best = c
+		}
+	}
+	return best
+}
+
+// add puts the limit of it in c, once per counter.
+func (c *call) add(it *item) {
+	name := counterName(it.named, it.shared)
 	it.call = c
 	for i := range c.req.Limits {
 		if c.req.Limits[i].Name == name {
@@ -225,14 +285,15 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 				s.log.Warn("rls: ignoring a descriptor's limit override: sluice limits by its configuration", "domain", domain)
 			})
 		}
-		items[i].n, items[i].metric = rules.match(domain, d.GetEntries())
+		items[i].found = rules.match(domain, d.GetEntries())
 		if n := items[i].n; n != nil {
 			replaced = append(replaced, n.rule.replaces...)
 		}
 	}
 
-	enforced := &call{req: limit.Request{Key: keyPrefix + domain}}
-	shadow := &call{req: limit.Request{Key: keyPrefix + domain}}
+	// One store call per cost: a store takes a request's limits at one cost.
+	var enforced, shadow costGroups
+	key := keyPrefix + domain
 	blocked := false // an enforced descriptor has requests_per_unit 0
 	for i := range items {
 		it := &items[i]
@@ -249,68 +310,76 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 			blocked = blocked || r.blocked && !it.n.shadow
 			continue
 		}
-		c := enforced
+		g := &enforced
 		if it.n.shadow {
-			c = shadow
+			g = &shadow
 		}
-		if len(c.req.Limits) > 0 && c.req.Cost != it.cost {
-			return nil, status.Errorf(codes.InvalidArgument,
-				"descriptor %d and another one ask for different hits_addend (%d and %d); sluice takes every descriptor of a request at one cost", i, it.cost, c.req.Cost)
-		}
-		c.req.Cost = it.cost
-		c.add(it, descs[i].GetEntries())
+		g.of(key, it.cost).add(it)
 	}
+	enforced.sort()
+	shadow.sort()
 
 	// A request refused by a blocked descriptor takes from no other one.
 	if blocked {
-		enforced.req.Limits = nil
-		for i := range items {
-			if items[i].call == enforced {
-				items[i].call = nil
-			}
-		}
+		enforced.drop(items, 0)
 	}
 	var wg sync.WaitGroup
-	if len(shadow.req.Limits) > 0 {
-		wg.Go(func() { shadow.take(ctx, s) })
+	if len(shadow) > 0 {
+		wg.Go(func() {
+			for _, c := range shadow {
+				c.take(ctx, s)
+			}
+		})
 	}
-	if len(enforced.req.Limits) > 0 {
-		enforced.take(ctx, s)
-		*src = enforced.d.Source
+	// The cost groups are taken cheapest first, each all or nothing; the
+	// first refusal ends the request, and the groups after it take nothing.
+	shed := false
+	for i, c := range enforced {
+		c.take(ctx, s)
+		*src = c.d.Source
+		if shed = c.err != nil && c.d.Source == limit.FromShed; shed {
+			break
+		}
+		if c.err != nil {
+			c.failed = s.storeFailed(domain, c)
+		}
+		if c.refused() {
+			enforced.drop(items, i+1)
+			break
+		}
 	}
 	wg.Wait()
 
-	if enforced.err != nil && enforced.d.Source == limit.FromShed {
+	if shed {
 		// Guessing locally would be a silent switch to local limits; Envoy's
 		// failure_mode_deny decides what an unavailable service means.
 		s.metrics.storeError()
-		return nil, status.Errorf(codes.Unavailable, "sluice is too busy to check this request in time: %v", enforced.err)
+		return nil, status.Errorf(codes.Unavailable, "sluice is too busy to check this request in time: %v", enforced[len(enforced)-1].err)
 	}
-	failed := -1 // the enforced limit that fails closed while the store failed
-	if enforced.err != nil {
-		failed = s.storeFailed(domain, enforced)
-	}
-	if shadow.err != nil {
-		s.storeLog.Do(func() { s.log.Warn("rls: store failed on shadow descriptors", "domain", domain, "error", shadow.err) })
+	for _, c := range shadow {
+		if c.err != nil {
+			s.storeLog.Do(func() { s.log.Warn("rls: store failed on shadow descriptors", "domain", domain, "error", c.err) })
+		}
 	}
 	for i := range items {
-		resp.Statuses[i] = s.status(domain, &items[i], failed)
+		resp.Statuses[i] = s.status(domain, &items[i])
 		if resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if enforced.err == nil && len(enforced.req.Limits) > 0 {
-		d := &enforced.d
-		l := &enforced.req.Limits[d.Index]
+	if c := enforced.deciding(); c != nil && c.err == nil {
+		*src = c.d.Source
+		d := &c.d
+		l := &c.req.Limits[d.Index]
 		resp.ResponseHeadersToAdd = rateHeaders(l, d)
 		if !d.Allowed && d.RetryAfter == limit.Never {
 			resp.RawBody = fmt.Appendf(nil, "this request costs %d hits, more than the %d that descriptor limit %q ever holds; it cannot pass\n",
-				enforced.req.EffectiveCost(), l.EffectiveBurst(), l.Name)
+				c.req.EffectiveCost(), l.EffectiveBurst(), l.Name)
 		}
-	}
-	if failed >= 0 && enforced.d.RetryAfter > 0 {
+	} else if c != nil && c.failed >= 0 && c.d.RetryAfter > 0 {
+		*src = c.d.Source
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: "Retry-After", Value: fmt.Sprint(max(ceilSeconds(enforced.d.RetryAfter), 1))})
+			&corev3.HeaderValue{Key: "Retry-After", Value: fmt.Sprint(max(ceilSeconds(c.d.RetryAfter), 1))})
 	}
 	if s.shadowAll && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		s.metrics.globalShadow()
@@ -323,7 +392,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 	return resp, nil
 }
 
-// storeFailed decides a request the store could not answer: it passes,
+// storeFailed decides a call the store could not answer: it passes,
 // unless a limit fails closed; it returns that limit's index, or -1.
 func (s *Service) storeFailed(domain string, c *call) int {
 	s.metrics.storeError()
@@ -344,7 +413,7 @@ func (s *Service) storeFailed(domain string, c *call) int {
 // limit has the fewest left, so it is a lower bound), since a store
 // answers for one limit per call.
 // It also counts the item in the metrics.
-func (s *Service) status(domain string, it *item, failed int) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) status(domain string, it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if it.n == nil {
 		return st
@@ -368,7 +437,7 @@ func (s *Service) status(domain string, it *item, failed int) *rlsv3.RateLimitRe
 	c := it.call
 	cost := it.cost
 	if c.err != nil {
-		if !it.n.shadow && it.index == failed {
+		if !it.n.shadow && it.index == c.failed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			s.metrics.over(domain, it.metric, cost, false)
 		}
@@ -433,8 +502,8 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 			switch {
 			case e.GetKey() == "":
 				return fmt.Errorf("descriptor %d entry %d has an empty key", i, j)
-			case len(e.GetKey()) > s.maxBytes || len(e.GetValue()) > s.maxBytes:
-				return fmt.Errorf("descriptor %d entry %d: key or value longer than %d bytes", i, j, s.maxBytes)
+			case len(e.GetKey()) > s.maxBytes:
+				return fmt.Errorf("descriptor %d entry %d: key is %d bytes, longer than %d", i, j, len(e.GetKey()), s.maxBytes)
 			}
 		}
 	}
@@ -443,18 +512,20 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 
 // counterName is the limit name of a descriptor's counter: its entries as
 // key=value joined by '/', each byte outside [A-Za-z0-9._~-] written %XX,
-// so that distinct descriptors never share a name. Names longer than a
-// limit name may be (64 bytes) are '#' and the SHA-256 of that text,
-// which '%'-escaping never produces.
-func counterName(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+// so that distinct descriptors never share a name. The value of an entry
+// marked in shared (bit i for entry i) is a share_threshold wildcard's
+// pattern, its '*' kept as is, which escaping a request's value never
+// produces. Names longer than a limit name may be (64 bytes) are '#' and
+// the SHA-256 of that text, which '%'-escaping never produces either.
+func counterName(entries []*ratelimitv3.RateLimitDescriptor_Entry, shared uint32) string {
 	b := make([]byte, 0, 64)
 	for i, e := range entries {
 		if i > 0 {
 			b = append(b, '/')
 		}
-		b = escape(b, e.GetKey())
+		b = escape(b, e.GetKey(), false)
 		b = append(b, '=')
-		b = escape(b, e.GetValue())
+		b = escape(b, e.GetValue(), shared&(1<<i) != 0)
 	}
 	if len(b) <= 64 {
 		return string(b)
@@ -463,11 +534,13 @@ func counterName(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
 	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-func escape(b []byte, s string) []byte {
+// escape appends s to b, each byte outside [A-Za-z0-9._~-] written %XX;
+// with star, '*' is kept.
+func escape(b []byte, s string, star bool) []byte {
 	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-' {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-' || star && c == '*' {
 			b = append(b, c)
 			continue
 		}

@@ -154,6 +154,64 @@ descriptors:
 	}
 }
 
+// envoyproxy/ratelimit's wildcards: a '*' anywhere in a value matches any
+// run of bytes, and share_threshold makes all values a wildcard matches
+// share one counter. Neither may load with its limit missing.
+func TestWildcardsAnywhereAndSharedThresholds(t *testing.T) {
+	s := serve(t, `
+domain: glob
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: path
+    value: /api/*/action/*
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: files
+    value: files/*/big
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: tenant
+    value: "*"
+    share_threshold: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 1}
+`, clusterStore(t))
+	runSteps(t, s, "glob", []step{
+		{descs: ds(desc("path", "/api/123/action")), want: "OK: OK"},
+		{descs: ds(desc("path", "/api/123/action")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("path", "/api/124/action")), want: "OK: OK"}, // each value counts alone
+		{descs: ds(desc("path", "/api//action")), want: "OK: OK"},    // '*' matches the empty run
+		{descs: ds(desc("path", "/api/1/2/action")), want: "OK: OK"},
+		{descs: ds(desc("path", "/api/1/2/action")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("path", "/api/1/action/x")), want: "OK: OK"}, // the more literal pattern: 2
+		{descs: ds(desc("path", "/api/1/action/x")), want: "OK: OK"},
+		{descs: ds(desc("path", "/api/1/action/x")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("path", "/api/1/actions")), want: "OK: OK"}, // matches neither
+		{descs: ds(desc("path", "/api/1/actions")), want: "OK: OK"},
+		// Shared: every value under files/* takes from one counter of 2.
+		{descs: ds(desc("files", "files/a")), want: "OK: OK"},
+		{descs: ds(desc("files", "files/b")), want: "OK: OK"},
+		{descs: ds(desc("files", "files/c")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("files", "files/*")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("files", "files/x/big")), want: "OK: OK"}, // its own pattern, not shared
+		{descs: ds(desc("files", "files/y/big")), want: "OK: OK"},
+		// Shared at the first level only: each user counts alone, across tenants.
+		{descs: ds(desc("tenant", "t1", "user", "u")), want: "OK: OK"},
+		{descs: ds(desc("tenant", "t2", "user", "u")), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("tenant", "t2", "user", "v")), want: "OK: OK"},
+	})
+	for _, name := range []string{"path_/api/*/action", "files_files/*", "tenant_*.user"} {
+		if got := s.counter(t, "sluice_rls_total_hits_total", "glob", name); got == 0 {
+			t.Errorf("total_hits for %s: got 0, want hits", name)
+		}
+	}
+}
+
 func TestReplaces(t *testing.T) {
 	// envoyproxy/ratelimit's seventh example.
 	s := serve(t, `
@@ -260,9 +318,7 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		{"no entries", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc())}, "descriptor 0 has no entries"},
 		{"20 entries", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc(long...))}, "20 entries, more than 16"},
 		{"empty key", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("", "v"))}, "empty key"},
-		{"long value", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("k", strings.Repeat("v", 1025)))}, "longer than 1024 bytes"},
-		{"two costs", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc("k", "a"),
-			&ratelimitv3.RateLimitDescriptor{Entries: desc("k", "b").Entries, HitsAddend: wrapperspb.UInt64(3)})}, "different hits_addend"},
+		{"long key", &rlsv3.RateLimitRequest{Domain: "bad", Descriptors: ds(desc(strings.Repeat("k", 1025), "v"))}, "key is 1025 bytes, longer than 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -289,6 +345,78 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 	})
 	// An unknown domain has no limits.
 	runSteps(t, s, "unknown", []step{{descs: ds(desc("k", "v")), want: "OK: OK"}})
+}
+
+// A descriptor value comes from the client (Envoy's request_headers
+// action): however long, it must not turn the request into an error,
+// which Envoy's usual failure_mode_deny: false lets through every limit,
+// including one the client has already used up.
+func TestLongValueIsLimitedNotAnError(t *testing.T) {
+	s := serve(t, `
+domain: longval
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`, clusterStore(t))
+	ip := desc("remote_address", "10.0.0.1")
+	long := strings.Repeat("u", 1025)
+	huge := strings.Repeat("w", 64<<10)
+	runSteps(t, s, "longval", []step{
+		{descs: ds(ip, desc("generic_key", "api", "user", "u")), want: "OK: OK OK"},
+		{descs: ds(ip, desc("generic_key", "api", "user", long)), want: "OVER_LIMIT: OVER_LIMIT OK"},
+		{descs: ds(desc("generic_key", "api", "user", long)), want: "OK: OK"},
+		{descs: ds(desc("generic_key", "api", "user", long)), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("generic_key", "api", "user", huge)), want: "OK: OK"},
+		{descs: ds(desc("generic_key", "api", "user", huge)), want: "OVER_LIMIT: OVER_LIMIT"},
+		{descs: ds(desc("generic_key", "api", "user", long[1:]+"v")), want: "OK: OK"},
+	})
+}
+
+// Two of a route's rate_limits, one with its own hits_addend (say, bytes):
+// each cost is taken in its own store call, cheapest first, all or nothing
+// within it, and the first refusal ends the request. Never an error, which
+// Envoy's usual failure_mode_deny: false would let through every limit.
+func TestDescriptorsOfDifferentCostsAreEachLimited(t *testing.T) {
+	s := serve(t, `
+domain: mix
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: bytes
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+`, clusterStore(t))
+	bytes := func(v string, n uint64) *ratelimitv3.RateLimitDescriptor {
+		return &ratelimitv3.RateLimitDescriptor{Entries: desc("bytes", v).Entries, HitsAddend: wrapperspb.UInt64(n)}
+	}
+	ip := desc("remote_address", "10.0.0.1")
+	resps := runSteps(t, s, "mix", []step{
+		// The address's limit refuses: the bytes, taken after it, are not.
+		{descs: ds(bytes("a", 500), ip), want: "OK: OK OK"},
+		{descs: ds(bytes("a", 500), ip), want: "OVER_LIMIT: OK OVER_LIMIT"},
+		{descs: ds(bytes("a", 400)), want: "OK: OK"},
+		// The bytes refuse: the user's hit, taken first at its own cost, stays.
+		{descs: ds(desc("user", "u"), bytes("b", 600), desc("user", "v")), want: "OK: OK OK OK"},
+		{descs: ds(desc("user", "u"), bytes("b", 600), desc("user", "v")), want: "OVER_LIMIT: OK OVER_LIMIT OK"},
+		{descs: ds(desc("user", "u")), want: "OK: OK"},
+		// A cost over what a limit ever holds: the refusal says so.
+		{descs: ds(bytes("c", 1001), desc("user", "w")), hits: 2, want: "OVER_LIMIT: OVER_LIMIT OK"},
+	})
+	if got := resps[2].GetStatuses()[0].GetLimitRemaining(); got != 100 {
+		t.Errorf("bytes a remaining after 500 and 400, a refused request between: got %d, want 100", got)
+	}
+	if got := resps[5].GetStatuses()[0].GetLimitRemaining(); got != 7 {
+		t.Errorf("user u remaining after three requests: got %d, want 7", got)
+	}
+	if body := string(resps[6].GetRawBody()); !strings.Contains(body, "costs 1001 hits, more than the 1000") {
+		t.Errorf("refusal body: got %q, want it to say the cost exceeds the limit", body)
+	}
 }
 
 func TestMetricNamesFollowEnvoyRatelimit(t *testing.T) {
