@@ -233,10 +233,19 @@ func (s *Store) lookup(v view, p Pair) uint32 {
 	}
 	sh, ok := v.t.Shares[p]
 	switch {
+	case v.fresh && ok:
+		return sh
+	case v.fresh:
+		return v.t.Default
+	case v.t.Default == 0:
+		// Only a table made while this region was counted down has no
+		// default share (a region that is up gets at least the minimum):
+		// it says nothing of where traffic is, and going stale on it
+		// would refuse everything. Fall back to the even split, as
+		// before the first table.
+		return s.even
 	case !ok:
 		return v.t.Default
-	case v.fresh:
-		return sh
 	}
 	// Stale: the default, but never more than the key's last share. Other
 	// regions may still run the same table fresh, or have gone stale

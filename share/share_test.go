@@ -245,3 +245,25 @@ func TestGCRAAsTokenBucket(t *testing.T) {
 		clock.Advance(time.Duration(i%7) * 13 * time.Millisecond)
 	}
 }
+
+// TestStaleDownTableUsesEvenSplit: a table made while this region was
+// counted down gives it nothing (default 0); once stale it must not go on
+// refusing everything, but fall back to the even split a gateway uses
+// before its first table.
+func TestStaleDownTableUsesEvenSplit(t *testing.T) {
+	clock := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, clock, time.Minute)
+	if err := s.Set(&share.Table{Version: 1, Default: 0, Shares: map[share.Pair]uint32{{Key: "k:busy", Limit: "s"}: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute + time.Millisecond)
+	for _, key := range []string{"k:busy", "k:other"} {
+		if got, want := s.Share(key, "s"), uint32(share.Whole / 3); got != want {
+			t.Errorf("%s: got stale share %d of a table made while the region was down, want the even split %d", key, got, want)
+		}
+	}
+	l := limit.Limit{Name: "s", Count: 90, Period: time.Second}
+	if got := admit(t, s, "k:other", l, 100); got != 29 {
+		t.Errorf("got %d admitted on a stale down table, want 29 (a third of 90, rounded down)", got)
+	}
+}

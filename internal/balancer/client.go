@@ -221,11 +221,16 @@ func (c *Client) reportLoop(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	inFlight := make(chan struct{}, maxReportsInFlight)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	// The first report goes at once: a balancer that counted this region
+	// down (its gateways were gone, or cut off) counts it up again only
+	// from a report, and holds its polls until then.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		select {
 		case inFlight <- struct{}{}:

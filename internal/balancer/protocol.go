@@ -25,8 +25,9 @@ const (
 	// the region's [Shares]: at once when the version in force differs
 	// from VERSION, else when it changes or wait passes (304 Not
 	// Modified). 503 means the balancer has no shares to give yet: it
-	// gathered its first reports for all of wait, or it is a standby while
-	// its primary answers (with StandbyHeader).
+	// gathered its first reports for all of wait, the region is counted
+	// down until its gateways report (its shares would all be 0), or it is
+	// a standby while its primary answers (with StandbyHeader).
 	SharesPath = "/v1/shares"
 	// KeyPath answers GET KeyPath + KEY with the [KeyShares] of a store
 	// key, such as /v1/keys/k:abc.

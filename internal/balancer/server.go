@@ -200,10 +200,15 @@ func (s *Server) primaryAnswers(ctx context.Context) bool {
 // only gathers reports: a balancer that has just started has not heard
 // from every region yet, and would count the quiet ones as down.
 func (s *Server) Rebalance() {
-	start := time.Now()
-	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.rebalanceLocked()
+}
+
+// rebalanceLocked is Rebalance with s.mu held.
+func (s *Server) rebalanceLocked() {
+	start := time.Now()
+	now := s.cfg.Now()
 	plan := s.core.Rebalance(now)
 	if plan == nil || now.Sub(time.Unix(0, s.since.Load())) < s.cfg.DownAfter || !s.active.Load() {
 		s.metrics.rebalanced(plan, time.Since(start))
@@ -327,6 +332,12 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	err := s.core.Report(s.cfg.Now(), rep)
+	if err == nil && s.cur != nil && !s.cur.plan.Up[slices.Index(s.cfg.Regions, rep.Region)] {
+		// A region that was counted down is back: rebalance now, so that
+		// its gateways, whose polls are held while it is down, get its
+		// shares at once rather than an interval later.
+		s.rebalanceLocked()
+	}
 	s.mu.Unlock()
 	if err != nil {
 		fail(w, http.StatusBadRequest, err)
@@ -365,15 +376,19 @@ func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
 	for {
 		s.mu.Lock()
 		cur, changed := s.cur, s.changed
+		// A region counted down has no shares in cur (every one is 0):
+		// its gateways keep what they have until its report brings it
+		// back.
+		down := cur != nil && !cur.plan.Up[slices.Index(s.cfg.Regions, region)]
 		s.mu.Unlock()
-		if cur != nil && cur.version != after {
+		if cur != nil && cur.version != after && !down {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(cur.bodies[region])
 			return
 		}
-		// Nothing new, or nothing yet while the balancer gathers its
-		// first reports: hold the poll, so the first shares reach every
-		// gateway the moment they exist.
+		// Nothing new, nothing yet while the balancer gathers its first
+		// reports, or the region is down: hold the poll, so shares reach
+		// the gateway the moment they exist.
 		select {
 		case <-changed:
 			continue
@@ -385,6 +400,11 @@ func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
 		if cur == nil {
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.Interval.Seconds()))))
 			fail(w, http.StatusServiceUnavailable, errors.New("shares: none yet: the balancer is gathering its first reports"))
+			return
+		}
+		if down {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.Interval.Seconds()))))
+			fail(w, http.StatusServiceUnavailable, fmt.Errorf("shares: region %q is counted down until its gateways report; keep the shares in force", region))
 			return
 		}
 		w.WriteHeader(http.StatusNotModified)
