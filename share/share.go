@@ -79,6 +79,12 @@ type Config struct {
 	// or its own share in the table if that is smaller. Zero means 5
 	// minutes.
 	Stale time.Duration
+	// Interval is how often the balancer rebalances. A request that the
+	// whole limit could admit but this region's share never can is
+	// refused for Interval (or the limit's period, if shorter) rather
+	// than as limit.Never: the next table may give the region more. Zero
+	// means 10 seconds.
+	Interval time.Duration
 	// MaxTracked bounds how many pairs Usage counts per interval beyond the
 	// table's own. Zero means 10000.
 	MaxTracked int
@@ -128,11 +134,16 @@ func New(inner limit.Store, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("share: %d regions: want at least 1", cfg.Regions)
 	case cfg.Stale < 0:
 		return nil, fmt.Errorf("share: stale timeout %v is negative", cfg.Stale)
+	case cfg.Interval < 0:
+		return nil, fmt.Errorf("share: interval %v is negative", cfg.Interval)
 	case cfg.MaxTracked < 0:
 		return nil, fmt.Errorf("share: MaxTracked %d is negative", cfg.MaxTracked)
 	}
 	if cfg.Stale == 0 {
 		cfg.Stale = DefaultStale
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Second
 	}
 	if cfg.MaxTracked == 0 {
 		cfg.MaxTracked = 10000
@@ -265,6 +276,7 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 		return refused, nil
 	}
 	d, err := s.inner.Take(ctx, scaled)
+	d = s.passable(req, d)
 	if err == nil {
 		admitted := int64(0)
 		if d.Allowed {
@@ -273,6 +285,25 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 		s.record(req, req.EffectiveCost(), admitted)
 	}
 	return d, err
+}
+
+// passable turns the inner store's limit.Never (the cost is above the
+// scaled limit's burst) into a refusal for one rebalance interval, or the
+// limit's period if shorter, when the cost fits the whole limit's burst:
+// the request can pass, in a region with a larger share or after the next
+// rebalance, and a caller told Never would refuse it for good (the lease
+// layer caches such refusals).
+func (s *Store) passable(req *limit.Request, d limit.Decision) limit.Decision {
+	if d.Allowed || d.RetryAfter != limit.Never || d.Index < 0 || d.Index >= len(req.Limits) {
+		return d
+	}
+	l := &req.Limits[d.Index]
+	if req.EffectiveCost() > l.EffectiveBurst() {
+		return d
+	}
+	wait := min(s.cfg.Interval, l.Period)
+	d.RetryAfter, d.ResetAfter, d.Source = wait, max(d.ResetAfter, wait), limit.FromRegionShare
+	return d
 }
 
 // scale returns req with every limit scaled to its share. When a share is
@@ -315,6 +346,7 @@ func (g *Granter) TakeUpTo(ctx context.Context, req *limit.Request, want int64) 
 		return 0, refused, nil
 	}
 	n, d, err := g.inner.TakeUpTo(ctx, scaled, want)
+	d = g.passable(req, d)
 	if err == nil {
 		g.record(req, max(n, req.EffectiveCost()), n)
 	}

@@ -267,3 +267,51 @@ func TestStaleDownTableUsesEvenSplit(t *testing.T) {
 		t.Errorf("got %d admitted on a stale down table, want 29 (a third of 90, rounded down)", got)
 	}
 }
+
+// TestCostAboveShareIsNotNever: a request whose cost fits the whole
+// limit's burst but not this region's share can pass after a rebalance (or
+// in another region), so it must not be told limit.Never, which callers
+// take as "refuse for good"; a cost above the whole burst still is.
+func TestCostAboveShareIsNotNever(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		l          limit.Limit
+		cost       int64
+		wantRetry  time.Duration
+		wantSource limit.Source
+	}{
+		{"fits the whole burst, period shorter than the interval", limit.Limit{Name: "s", Count: 100, Period: time.Second}, 50, time.Second, limit.FromRegionShare},
+		{"fits the whole burst, period longer than the interval", limit.Limit{Name: "m", Count: 100, Period: time.Minute}, 50, 10 * time.Second, limit.FromRegionShare},
+		{"fits the whole window", limit.Limit{Name: "w", Count: 100, Period: time.Second, Algorithm: limit.FixedWindow}, 50, time.Second, limit.FromRegionShare},
+		{"above the whole burst", limit.Limit{Name: "s", Count: 100, Period: time.Second}, 101, limit.Never, limit.FromMemory},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := memstore.New(memstore.Config{})
+			g, err := share.NewGranter(ms, share.Config{Regions: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Set(&share.Table{Version: 1, Default: 300_000}); err != nil {
+				t.Fatal(err)
+			}
+			req := &limit.Request{Key: "k:a", Cost: tc.cost, Limits: []limit.Limit{tc.l}}
+			d, err := g.Take(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed || d.RetryAfter != tc.wantRetry || d.Source != tc.wantSource {
+				t.Errorf("Take of cost %d at a 30%% share: got allowed %v, retry after %v, source %q; want refused, %v, %q",
+					tc.cost, d.Allowed, d.RetryAfter, d.Source, tc.wantRetry, tc.wantSource)
+			}
+			n, d, err := g.TakeUpTo(ctx, req, tc.cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 || d.RetryAfter != tc.wantRetry || d.Source != tc.wantSource {
+				t.Errorf("TakeUpTo of cost %d at a 30%% share: got %d granted, retry after %v, source %q; want 0, %v, %q",
+					tc.cost, n, d.RetryAfter, d.Source, tc.wantRetry, tc.wantSource)
+			}
+		})
+	}
+}

@@ -175,7 +175,7 @@ func shareConfig(opts gatewayOptions) (*share.Config, error) {
 	case o.Interval <= 0 || o.Stale <= 0:
 		return nil, fmt.Errorf("--share-interval %v and --share-stale %v must be positive", o.Interval, o.Stale)
 	}
-	return &share.Config{Regions: len(o.Regions), Stale: o.Stale}, nil
+	return &share.Config{Regions: len(o.Regions), Stale: o.Stale, Interval: o.Interval}, nil
 }
 
 // followBalancer keeps s in step with the balancer at --balancer-url and
