@@ -66,8 +66,9 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 		fmt.Fprintln(stderr, "Runs the quota balancer: gateways of every region report their busiest keys,")
 		fmt.Fprintln(stderr, "and each region gets a share of each busy key's global limit in proportion")
 		fmt.Fprintln(stderr, "to its traffic. Serves gateways under /v1, a key's shares at /v1/keys/KEY,")
-		fmt.Fprintln(stderr, "/healthz and /metrics. Gateways must send the bearer token in $"+envBalancerToken)
-		fmt.Fprintln(stderr, "when it is set. See docs/regions.md.")
+		fmt.Fprintln(stderr, "/healthz and /metrics. Every call under /v1 must carry the bearer token in")
+		fmt.Fprintln(stderr, "$"+envBalancerToken+"; without it the balancer refuses to start unless --trusted-network.")
+		fmt.Fprintln(stderr, "See docs/regions.md.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -79,6 +80,7 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 	fs.IntVar(&c.MaxKeys, "max-keys", 10000, "most limits of keys balanced at once; the busiest are kept")
 	fs.DurationVar(&c.MaxWait, "poll-timeout", 30*time.Second, "longest a gateway's long poll is held")
 	fs.StringVar(&c.Primary, "standby-of", "", "base `URL` of the active balancer: stand by while it answers its /healthz, take over when it has not for --down-after")
+	fs.BoolVar(&c.TrustedNetwork, "trusted-network", false, "serve /v1 without $"+envBalancerToken+": only for a network where nothing but gateways and operators reaches the balancer (it shows API keys)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
@@ -116,8 +118,12 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
-	if o.cfg.Token = os.Getenv(envBalancerToken); o.cfg.Token == "" {
-		logger.Warn("no $" + envBalancerToken + ": anyone who reaches the balancer can report traffic and move keys' shares")
+	switch o.cfg.Token = os.Getenv(envBalancerToken); {
+	case o.cfg.Token == "" && !o.cfg.TrustedNetwork:
+		return fmt.Errorf("$%s is not set: anyone who reached the balancer could read the API keys it balances and move their shares; "+
+			"set it here and on every gateway, or pass --trusted-network if only gateways and operators reach the balancer", envBalancerToken)
+	case o.cfg.Token == "":
+		logger.Warn("serving /v1 without a token (--trusted-network): anyone who reaches the balancer can read the API keys it balances and move their shares")
 	}
 	srv, err := balancer.New(o.cfg)
 	if err != nil {

@@ -14,7 +14,8 @@ func TestBalancerUsage(t *testing.T) {
 		{[]string{"balancer", "--regions", "us,eu", "--min-share", "1.5"}, 1, "--min-share 1.5: want a fraction"},
 		{[]string{"balancer", "--regions", "us", "--interval", "0s"}, 1, "must be positive"},
 		{[]string{"balancer", "-h"}, 0, "usage: sluice balancer"},
-		{[]string{"balancer", "--regions", "us", "--standby-of", "primary:8082"}, 1, "want an http or https URL"},
+		{[]string{"balancer", "--regions", "us"}, 1, "$SLUICE_BALANCER_TOKEN is not set"},
+		{[]string{"balancer", "--regions", "us", "--trusted-network", "--standby-of", "primary:8082"}, 1, "want an http or https URL"},
 		{[]string{"gateway", "--balancer-url", "http://127.0.0.1:1", "--regions", "us,eu"}, 1, "--balancer-url needs --region"},
 		{[]string{"gateway", "--balancer-url", "http://127.0.0.1:1", "--region", "ap", "--regions", "us,eu"}, 1, `--region "ap" is not among --regions`},
 		{[]string{"gateway", "--regions", "us,eu"}, 1, "--regions is set without --balancer-url"},
@@ -25,7 +26,7 @@ func TestBalancerUsage(t *testing.T) {
 // TestBalancerServes starts the balancer and reads what it serves before
 // any gateway reported: no shares yet, and its health.
 func TestBalancerServes(t *testing.T) {
-	p := sluice.Start(t, "balancer", "--listen", "127.0.0.1:0", "--regions", "us,eu,ap", "--interval", "100ms")
+	p := sluice.Start(t, "balancer", "--listen", "127.0.0.1:0", "--regions", "us,eu,ap", "--interval", "100ms", "--trusted-network")
 	resp, body := get(t, http.MethodGet, p.URL+"/healthz")
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /healthz: got %d %q, want 200", resp.StatusCode, body)

@@ -45,7 +45,7 @@ func postReport(t *testing.T, url string, rep balancer.Report) int {
 // interval (an hour here).
 func TestReturningRegionKeepsItsShares(t *testing.T) {
 	clk := &manualClock{t: time.Unix(1_700_000_000, 0)}
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, Interval: time.Hour, DownAfter: 30 * time.Second,
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: time.Hour, DownAfter: 30 * time.Second,
 		MaxWait: 50 * time.Millisecond, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -51,11 +51,15 @@ type Config struct {
 	// answers, and takes over once the primary has failed to answer for
 	// DownAfter; it steps back when the primary answers again.
 	Primary string
-	// Token, if set, is the bearer token gateways must send on ReportPath
-	// and SharesPath: without it anyone who reaches the balancer could
-	// report traffic and move a key's shares. KeyPath and /healthz stay
-	// open.
+	// Token is the bearer token every call under /v1 (ReportPath,
+	// SharesPath, KeyPath) must carry: without it anyone who reaches the
+	// balancer could report traffic and move a key's shares, or read the
+	// API keys it balances (store keys hold them raw). /healthz stays
+	// open. New refuses an empty Token unless TrustedNetwork is set.
 	Token string
+	// TrustedNetwork serves /v1 without a token: only for a network where
+	// nothing but gateways and operators reaches the balancer.
+	TrustedNetwork bool
 	// HTTPClient checks the primary. Nil means a client with a timeout of
 	// one interval.
 	HTTPClient *http.Client
@@ -105,6 +109,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Interval < 0 || cfg.MaxWait < 0 {
 		return nil, fmt.Errorf("balancer: interval %v and max wait %v must be positive", cfg.Interval, cfg.MaxWait)
+	}
+	if cfg.Token == "" && !cfg.TrustedNetwork {
+		return nil, errors.New("balancer: no token: anyone who reaches the balancer could read the API keys it balances and move their shares; " +
+			"set one, or TrustedNetwork if only gateways reach it")
 	}
 	if cfg.Primary != "" {
 		u, err := url.Parse(cfg.Primary)
@@ -269,7 +277,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+ReportPath, s.authorized(s.serveReport))
 	mux.HandleFunc("GET "+SharesPath, s.authorized(s.serveShares))
-	mux.HandleFunc("GET "+KeyPath+"{key...}", s.serveKey)
+	mux.HandleFunc("GET "+KeyPath+"{key...}", s.authorized(s.serveKey))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.active.Load() {
 			http.Error(w, "standby", http.StatusServiceUnavailable)
@@ -280,7 +288,8 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// authorized refuses requests without the bearer token, when there is one.
+// authorized refuses requests without the bearer token, unless the server
+// has none (TrustedNetwork).
 func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 	if s.cfg.Token == "" {
 		return h

@@ -71,7 +71,7 @@ func getKey(t *testing.T, url, key string) (int, balancer.KeyShares) {
 // key's share from an even split to where its traffic is.
 func TestServerAndClients(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, Interval: 50 * time.Millisecond,
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond,
 		MaxWait: 200 * time.Millisecond, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestServerAndClients(t *testing.T) {
 }
 
 func TestServerRefuses(t *testing.T) {
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}})
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, TrustedNetwork: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
 // 503 while the primary answers, takes over once the primary has been gone
 // for DownAfter, and the gateways' client, given both, follows it.
 func TestStandbyTakesOver(t *testing.T) {
-	cfg := balancer.Config{Regions: []string{"us", "eu"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond}
+	cfg := balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond}
 	primary, err := balancer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -216,16 +216,21 @@ func TestStandbyTakesOver(t *testing.T) {
 	}
 }
 
-// TestToken checks that with a token the balancer refuses reports and
-// polls without it, and a client that has it gets its shares.
+// TestToken checks that with a token the balancer refuses reports, polls
+// and key look-ups (which name raw API keys) without it, that it refuses to
+// start with no token unless told the network is trusted, and that a
+// client that has the token gets its shares.
 func TestToken(t *testing.T) {
+	if _, err := balancer.New(balancer.Config{Regions: []string{"us"}}); err == nil || !strings.Contains(err.Error(), "no token") {
+		t.Errorf("New without a token or TrustedNetwork: got error %v, want one saying there is no token", err)
+	}
 	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Token: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
-	for _, u := range []string{"/v1/shares?region=us"} {
+	for _, u := range []string{"/v1/shares?region=us", balancer.KeyPath + "k:key_8f3"} {
 		resp, err := http.Get(hs.URL + u)
 		if err != nil {
 			t.Fatal(err)

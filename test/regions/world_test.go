@@ -99,7 +99,13 @@ func (w *world) shares(key string) []float64 {
 // from.
 func (w *world) sharesAt(key string) ([]float64, int64) {
 	w.t.Helper()
-	resp, err := http.Get(w.balancer.URL + balancer.KeyPath + "k:" + key)
+	req, err := http.NewRequest(http.MethodGet, w.balancer.URL+balancer.KeyPath+"k:"+key, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	// The key look-up shows API keys: it asks for the token like /v1.
+	req.Header.Set("Authorization", "Bearer "+strings.TrimPrefix(tokenEnv[0], "SLUICE_BALANCER_TOKEN="))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, 0
 	}
