@@ -78,6 +78,7 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 	fs.DurationVar(&c.DownAfter, "down-after", 0, "how long a region may go without a report before its shares go to the others; 0 means three intervals")
 	fs.Float64Var(&o.minShare, "min-share", o.minShare, "least `fraction` of each limit a region that is up keeps, to absorb a sudden shift")
 	fs.IntVar(&c.MaxKeys, "max-keys", 10000, "most limits of keys balanced at once; the busiest are kept")
+	fs.IntVar(&c.MaxGateways, "max-gateways", 1024, "most gateways of one region whose reports count; a report from one more is refused")
 	fs.DurationVar(&c.MaxWait, "poll-timeout", 30*time.Second, "longest a gateway's long poll is held")
 	fs.StringVar(&c.Primary, "standby-of", "", "base `URL` of the active balancer: stand by while it answers its /healthz, take over when it has not for --down-after")
 	fs.BoolVar(&c.TrustedNetwork, "trusted-network", false, "serve /v1 without $"+envBalancerToken+": only for a network where nothing but gateways and operators reaches the balancer (it shows API keys)")
@@ -105,8 +106,8 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("--interval %v and --poll-timeout %v must be positive, --down-after %v not negative",
 			o.cfg.Interval, o.cfg.MaxWait, o.cfg.DownAfter)
 	}
-	if o.cfg.MaxKeys < 1 {
-		return fmt.Errorf("--max-keys %d: want at least 1", o.cfg.MaxKeys)
+	if o.cfg.MaxKeys < 1 || o.cfg.MaxGateways < 1 {
+		return fmt.Errorf("--max-keys %d and --max-gateways %d: want at least 1", o.cfg.MaxKeys, o.cfg.MaxGateways)
 	}
 	// A zero share means the default; a --min-share of 0 asks for none.
 	o.cfg.MinShare = max(uint32(o.minShare*share.Whole), 1)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"time"
@@ -35,16 +34,21 @@ type CoreConfig struct {
 	// there, dropping the tokens leased under the old one. Zero means
 	// 10000 (1%).
 	Hysteresis uint32
+	// MaxGateways bounds how many gateways of one region the balancer
+	// keeps reports of; a report from one more is refused until one of
+	// them has been silent for DownAfter. Zero means 1024.
+	MaxGateways int
 }
 
 // Core decides shares from reports. It does no I/O and reads no clock:
 // reports and the time come in, shares go out. It is not safe for
 // concurrent use; Server serializes it.
 type Core struct {
-	cfg      CoreConfig
-	index    map[string]int      // region → position in cfg.Regions
-	gateways map[string]*gateway // region + "/" + gateway ID → its last report
-	last     *Plan               // the last plan, whose shares small moves keep
+	cfg       CoreConfig
+	index     map[string]int      // region → position in cfg.Regions
+	gateways  map[string]*gateway // region + "/" + gateway ID → its last report
+	perRegion []int               // gateways in gateways, by region
+	last      *Plan               // the last plan, whose shares small moves keep
 }
 
 // gateway is one gateway's last report.
@@ -76,6 +80,11 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 		return nil, fmt.Errorf("balancer: down-after %v is negative", cfg.DownAfter)
 	case cfg.MaxKeys < 0:
 		return nil, fmt.Errorf("balancer: MaxKeys %d is negative", cfg.MaxKeys)
+	case cfg.MaxGateways < 0:
+		return nil, fmt.Errorf("balancer: MaxGateways %d is negative", cfg.MaxGateways)
+	}
+	if cfg.MaxGateways == 0 {
+		cfg.MaxGateways = 1024
 	}
 	if cfg.MinShare == 0 {
 		cfg.MinShare = 50_000
@@ -89,7 +98,7 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 	if cfg.Hysteresis == 0 {
 		cfg.Hysteresis = 10_000
 	}
-	return &Core{cfg: cfg, index: index, gateways: map[string]*gateway{}}, nil
+	return &Core{cfg: cfg, index: index, gateways: map[string]*gateway{}, perRegion: make([]int, len(cfg.Regions))}, nil
 }
 
 // Report records a gateway's report received at now, replacing its last.
@@ -102,8 +111,16 @@ func (c *Core) Report(now time.Time, r Report) error {
 		return err
 	}
 	id := r.Region + "/" + r.Gateway
-	if last := c.gateways[id]; last != nil && r.SentMillis != 0 && r.SentMillis < last.rep.SentMillis {
+	last := c.gateways[id]
+	if last != nil && r.SentMillis != 0 && r.SentMillis < last.rep.SentMillis {
 		return nil // overtaken by a later report from the same gateway
+	}
+	if last == nil {
+		if c.perRegion[i] >= c.cfg.MaxGateways {
+			return fmt.Errorf("report from %q: region %q already has %d gateways reporting, the most kept (MaxGateways)",
+				r.Gateway, r.Region, c.cfg.MaxGateways)
+		}
+		c.perRegion[i]++
 	}
 	c.gateways[id] = &gateway{region: i, at: now, rep: r}
 	return nil
@@ -141,6 +158,7 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 	for id, g := range c.gateways {
 		if now.Sub(g.at) > c.cfg.DownAfter {
 			delete(c.gateways, id)
+			c.perRegion[g.region]--
 			continue
 		}
 		p.Up[g.region] = true
@@ -160,18 +178,25 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 		return nil
 	}
 	if len(p.Pairs) > c.cfg.MaxKeys {
-		keys := slices.Collect(maps.Keys(p.Pairs))
-		sum := func(d []float64) (s float64) {
-			for _, v := range d {
-				s += v
-			}
-			return s
+		// Each pair's demand is summed once, not in the comparator: the
+		// sort runs under the server's mutex.
+		type ranked struct {
+			share.Pair
+			demand float64
 		}
-		slices.SortFunc(keys, func(a, b share.Pair) int {
-			return cmp.Or(cmp.Compare(sum(p.Pairs[b].Demand), sum(p.Pairs[a].Demand)), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit))
+		keys := make([]ranked, 0, len(p.Pairs))
+		for k, pp := range p.Pairs {
+			var d float64
+			for _, v := range pp.Demand {
+				d += v
+			}
+			keys = append(keys, ranked{k, d})
+		}
+		slices.SortFunc(keys, func(a, b ranked) int {
+			return cmp.Or(cmp.Compare(b.demand, a.demand), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit))
 		})
 		for _, k := range keys[c.cfg.MaxKeys:] {
-			delete(p.Pairs, k)
+			delete(p.Pairs, k.Pair)
 		}
 	}
 	p.Defaults = c.steady(Split(p.Totals, p.Up, c.cfg.MinShare), c.lastDefaults())

@@ -1,7 +1,9 @@
 package balancer_test
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +122,10 @@ func TestCoreRefuses(t *testing.T) {
 		{Region: "us", Gateway: "g", SpanMillis: 0},
 		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: []balancer.PairReport{{Key: "k", Limit: "s", Asked: 1, Admitted: 2}}},
 		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: []balancer.PairReport{{Key: "k\xff", Limit: "s", Asked: 1}}},
+		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: []balancer.PairReport{{Key: "k:" + strings.Repeat("x", balancer.MaxKeyLen), Limit: "s", Asked: 1}}},
+		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: []balancer.PairReport{{Key: "k:a", Limit: strings.Repeat("L", 65), Asked: 1}}},
+		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: []balancer.PairReport{{Key: "k:a", Limit: "per minute", Asked: 1}}},
+		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: make([]balancer.PairReport, balancer.MaxPairsPerReport+1)},
 	}
 	for _, r := range bad {
 		if err := c.Report(now, r); err == nil {
@@ -171,5 +177,71 @@ func TestCoreDropsOvertakenReports(t *testing.T) {
 	}
 	if got := c.Rebalance(now).Pairs[share.Pair{Key: "k:a", Limit: "s"}].Demand[0]; got != 7 {
 		t.Errorf("got demand %v, want 7 from the later report", got)
+	}
+}
+
+// TestCoreMaxGateways checks that a region's gateways beyond MaxGateways
+// are refused, so distinct gateway IDs cannot make the balancer hold
+// reports without bound, and that a gateway silent for DownAfter frees its
+// place.
+func TestCoreMaxGateways(t *testing.T) {
+	c, err := balancer.NewCore(balancer.CoreConfig{Regions: []string{"us", "eu"}, MaxGateways: 2, DownAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rep := func(region, gw string, at time.Time) error {
+		return c.Report(at, balancer.Report{Region: region, Gateway: gw, SpanMillis: 1000, Total: 1})
+	}
+	for _, gw := range []string{"us-1", "us-2"} {
+		if err := rep("us", gw, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rep("us", "us-1", now); err != nil {
+		t.Errorf("a known gateway's next report: got %v, want it taken", err)
+	}
+	if err := rep("us", "us-3", now); err == nil || !strings.Contains(err.Error(), "already has 2 gateways") {
+		t.Errorf("a third gateway in us: got %v, want an error naming the limit of 2", err)
+	}
+	if err := rep("eu", "eu-1", now); err != nil {
+		t.Errorf("eu's first gateway: got %v, want it taken (the bound is per region)", err)
+	}
+	later := now.Add(2 * time.Minute)
+	if err := rep("us", "us-1", later); err != nil {
+		t.Fatal(err)
+	}
+	c.Rebalance(later) // forgets us-2, silent for DownAfter
+	if err := rep("us", "us-3", later); err != nil {
+		t.Errorf("a new gateway once another went silent: got %v, want it taken", err)
+	}
+}
+
+// BenchmarkRebalanceMaxKeys rebalances more pairs than MaxKeys, so that the
+// busiest are sorted out: 3 regions of 20 gateways, each reporting 1100
+// pairs of which 1000 are shared.
+func BenchmarkRebalanceMaxKeys(b *testing.B) {
+	c, err := balancer.NewCore(balancer.CoreConfig{Regions: []string{"us", "eu", "ap"}, MaxKeys: 1000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, r := range []string{"us", "eu", "ap"} {
+		for g := range 20 {
+			var ps []balancer.PairReport
+			for i := range 1000 {
+				ps = append(ps, balancer.PairReport{Key: fmt.Sprintf("k:key_%05d", i), Limit: "s", Asked: int64(i%97 + g)})
+			}
+			for i := range 100 {
+				ps = append(ps, balancer.PairReport{Key: fmt.Sprintf("k:%s-%d-%d", r, g, i), Limit: "s", Asked: 5})
+			}
+			if err := c.Report(now, balancer.Report{Region: r, Gateway: fmt.Sprint(g), SpanMillis: 10_000, Total: 1e6, Pairs: ps}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Rebalance(now)
 	}
 }

@@ -14,7 +14,11 @@ package balancer
 
 import (
 	"fmt"
+	"time"
 	"unicode/utf8"
+
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // The balancer's paths.
@@ -62,9 +66,19 @@ type PairReport struct {
 	Admitted int64  `json:"admitted"`
 }
 
-// maxPairsPerReport bounds a report, so one gateway cannot make the
-// balancer hold an unbounded number of keys.
-const maxPairsPerReport = 100_000
+// MaxPairsPerReport bounds a report, so one gateway cannot make the
+// balancer hold an unbounded number of keys: twice the default MaxKeys and
+// the client's Top. A Client trims its report to it.
+const MaxPairsPerReport = 20_000
+
+// MaxKeyLen is the longest store key a report may name: an API key of
+// rules.MaxKeyLen bytes with its store prefix ("k:", "ip:").
+const MaxKeyLen = rules.MaxKeyLen + 16
+
+// MaxReportBytes bounds a report's body: MaxPairsPerReport pairs of the
+// longest keys and limit names fit, with room to spare. A larger body is
+// refused with 413.
+const MaxReportBytes = 16 << 20
 
 // Validate reports the first thing wrong with r.
 func (r *Report) Validate() error {
@@ -75,10 +89,17 @@ func (r *Report) Validate() error {
 		return fmt.Errorf("report from %q: span %dms must be positive", r.Gateway, r.SpanMillis)
 	case r.Total < 0:
 		return fmt.Errorf("report from %q: total %d is negative", r.Gateway, r.Total)
-	case len(r.Pairs) > maxPairsPerReport:
-		return fmt.Errorf("report from %q: %d pairs, more than %d", r.Gateway, len(r.Pairs), maxPairsPerReport)
+	case len(r.Pairs) > MaxPairsPerReport:
+		return fmt.Errorf("report from %q: %d pairs, more than %d", r.Gateway, len(r.Pairs), MaxPairsPerReport)
 	}
 	for _, p := range r.Pairs {
+		if len(p.Key) > MaxKeyLen {
+			return fmt.Errorf("report from %q: key %q... is %d bytes, longer than %d", r.Gateway, p.Key[:32], len(p.Key), MaxKeyLen)
+		}
+		// The same rule as a limit's own, without its rate.
+		if err := (&limit.Limit{Name: p.Limit, Count: 1, Period: time.Second}).Validate(); err != nil {
+			return fmt.Errorf("report from %q: key %q: %w", r.Gateway, p.Key, err)
+		}
 		if p.Key == "" || p.Limit == "" || p.Asked < 0 || p.Admitted < 0 || p.Admitted > p.Asked {
 			return fmt.Errorf("report from %q: pair %q %q: want a key, a limit and 0 ≤ admitted %d ≤ asked %d",
 				r.Gateway, p.Key, p.Limit, p.Admitted, p.Asked)

@@ -44,6 +44,9 @@ type Config struct {
 	// limit must move before the limit's shares change. Zero means 10000
 	// (1%).
 	Hysteresis uint32
+	// MaxGateways bounds how many gateways of one region are counted.
+	// Zero means 1024.
+	MaxGateways int
 	// MaxWait bounds how long a poll is held. Zero means 30 seconds.
 	MaxWait time.Duration
 	// Primary, if set, makes this server a standby of the balancer at that
@@ -122,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Primary = strings.TrimSuffix(cfg.Primary, "/")
 	}
 	core, err := NewCore(CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
-		Hysteresis: cfg.Hysteresis})
+		Hysteresis: cfg.Hysteresis, MaxGateways: cfg.MaxGateways})
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +338,11 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep Report
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&rep); err != nil {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxReportBytes)).Decode(&rep); err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			fail(w, http.StatusRequestEntityTooLarge, fmt.Errorf("report: body is larger than %d bytes", tooBig.Limit))
+			return
+		}
 		fail(w, http.StatusBadRequest, fmt.Errorf("report: decode: %w", err))
 		return
 	}

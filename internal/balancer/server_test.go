@@ -162,6 +162,15 @@ func TestServerRefuses(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("report with no span: got %d, want 400", resp.StatusCode)
 	}
+	big := `{"region":"us","gateway":"` + strings.Repeat("g", balancer.MaxReportBytes) + `","span_ms":1}`
+	resp, err = http.Post(hs.URL+balancer.ReportPath, "application/json", stringsReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("report of %d bytes: got %d, want 413", len(big), resp.StatusCode)
+	}
 }
 
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
