@@ -106,6 +106,11 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("--interval %v and --poll-timeout %v must be positive, --down-after %v not negative",
 			o.cfg.Interval, o.cfg.MaxWait, o.cfg.DownAfter)
 	}
+	if o.cfg.DownAfter != 0 && o.cfg.DownAfter < 2*o.cfg.Interval {
+		// A gateway reports once an interval: with less than two, one
+		// late report would count its whole region down.
+		return fmt.Errorf("--down-after %v: want at least twice --interval %v, or 0 for three intervals", o.cfg.DownAfter, o.cfg.Interval)
+	}
 	if o.cfg.MaxKeys < 1 || o.cfg.MaxGateways < 1 {
 		return fmt.Errorf("--max-keys %d and --max-gateways %d: want at least 1", o.cfg.MaxKeys, o.cfg.MaxGateways)
 	}

@@ -14,6 +14,7 @@ func TestBalancerUsage(t *testing.T) {
 		{[]string{"balancer", "--regions", "us,eu", "--min-share", "1.5"}, 1, "--min-share 1.5: want a fraction"},
 		{[]string{"balancer", "--regions", "us", "--interval", "0s"}, 1, "must be positive"},
 		{[]string{"balancer", "-h"}, 0, "usage: sluice balancer"},
+		{[]string{"balancer", "--regions", "us", "--interval", "10s", "--down-after", "15s"}, 1, "--down-after 15s: want at least twice --interval 10s"},
 		{[]string{"balancer", "--regions", "us"}, 1, "$SLUICE_BALANCER_TOKEN is not set"},
 		{[]string{"balancer", "--regions", "us", "--trusted-network", "--standby-of", "primary:8082"}, 1, "want an http or https URL"},
 		{[]string{"gateway", "--balancer-url", "http://127.0.0.1:1", "--regions", "us,eu"}, 1, "--balancer-url needs --region"},

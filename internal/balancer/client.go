@@ -259,8 +259,15 @@ func (c *Client) report(ctx context.Context, u *url.URL) error {
 		rep.Pairs = append(rep.Pairs, PairReport{Key: p.Key, Limit: p.Limit, Asked: p.Asked, Admitted: p.Admitted})
 	}
 	if err := rep.Validate(); err != nil {
-		// Only a key that is not UTF-8 can fail here; leave those out.
+		// A key the balancer would refuse (not UTF-8, too long) or too
+		// many pairs: leave those keys out, and keep the busiest pairs
+		// (Usage lists them first) rather than send a report the
+		// balancer refuses whole.
 		rep.Pairs = validPairs(rep.Pairs)
+		if n := len(rep.Pairs); n > MaxPairsPerReport {
+			c.log.Warn("balancer report trimmed to the most pairs a report may carry", "pairs", n, "kept", MaxPairsPerReport)
+			rep.Pairs = rep.Pairs[:MaxPairsPerReport]
+		}
 	}
 	body, err := json.Marshal(rep)
 	if err != nil {
