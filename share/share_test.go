@@ -258,7 +258,7 @@ func TestStaleDownTableUsesEvenSplit(t *testing.T) {
 	}
 	clock.Advance(time.Minute + time.Millisecond)
 	for _, key := range []string{"k:busy", "k:other"} {
-		if got, want := s.Share(key, "s"), uint32(share.Whole / 3); got != want {
+		if got, want := s.Share(key, "s"), uint32(share.Whole/3); got != want {
 			t.Errorf("%s: got stale share %d of a table made while the region was down, want the even split %d", key, got, want)
 		}
 	}
