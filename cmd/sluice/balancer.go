@@ -58,20 +58,14 @@ func regionsFlag(p *[]string) func(string) error {
 func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error) {
 	o := balancerOptions{listen: "127.0.0.1:8082", minShare: 0.05, shutdownTimeout: 10 * time.Second}
 	c := &o.cfg
-	fs := flag.NewFlagSet("balancer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice balancer --regions A,B,C [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Runs the quota balancer: gateways of every region report their busiest keys,")
-		fmt.Fprintln(stderr, "and each region gets a share of each busy key's global limit in proportion")
-		fmt.Fprintln(stderr, "to its traffic. Serves gateways under /v1, a key's shares at /v1/keys/KEY,")
-		fmt.Fprintln(stderr, "/healthz and /metrics. Every call under /v1 must carry the bearer token in")
-		fmt.Fprintln(stderr, "$"+envBalancerToken+"; without it the balancer refuses to start unless --trusted-network.")
-		fmt.Fprintln(stderr, "See docs/regions.md.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("balancer", "--regions A,B,C [flags]", stderr,
+		"Runs the quota balancer: gateways of every region report their busiest keys,",
+		"and each region gets a share of each busy key's global limit in proportion",
+		"to its traffic. Serves gateways under /v1, a key's shares at /v1/keys/KEY,",
+		"/healthz and /metrics. Every call under /v1 must carry the bearer token in",
+		"$"+envBalancerToken+"; without it the balancer refuses to start unless --trusted-network.",
+		"See docs/regions.md.",
+	)
 	fs.StringVar(&o.listen, "listen", o.listen, "`address` to serve on")
 	fs.Func("regions", "`names` of every region, comma-separated, as the gateways' --region", regionsFlag(&c.Regions))
 	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "how often shares are recomputed; give the gateways the same --share-interval")

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,16 +51,10 @@ type gatewayOptions struct {
 // flag set has printed them.
 func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) {
 	opts := gatewayOptions{Listen: defaultListen, ReadTimeout: gateway.DefaultReadTimeout, ShutdownTimeout: defaultShutdownTimeout}
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice gateway [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Runs the rate-limiting gateway. With no flags: the built-in demo rules, an")
-		fmt.Fprintln(stderr, "in-process store and a built-in answer on "+defaultListen+".")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("gateway", "[flags]", stderr,
+		"Runs the rate-limiting gateway. With no flags: the built-in demo rules, an",
+		"in-process store and a built-in answer on "+defaultListen+".",
+	)
 	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve the API on")
 	fs.StringVar(&opts.Upstream, "upstream", "", "`URL` of the API to proxy to; empty answers every allowed request with a small JSON")
 	fs.StringVar(&opts.Rules, "rules", "", "rules `file` (YAML); empty uses the built-in demo rules")

@@ -97,6 +97,24 @@ func usage(w io.Writer) {
 // parseFlags parses a subcommand's flags and refuses positional
 // arguments. Its errors are usageErrors: the problem and the usage are
 // already printed on the flag set's output.
+// newFlagSet returns a command's flag set: errors and usage go to stderr,
+// and -h prints "usage: sluice NAME SYNOPSIS", the lines of about, and the
+// flags.
+func newFlagSet(name, synopsis string, stderr io.Writer, about ...string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice "+name+" "+synopsis)
+		fmt.Fprintln(stderr)
+		for _, line := range about {
+			fmt.Fprintln(stderr, line)
+		}
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}

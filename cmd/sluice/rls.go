@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -45,16 +44,10 @@ const defaultRLSListen = "127.0.0.1:8081"
 
 func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	opts := rlsOptions{Listen: defaultRLSListen, ReloadEvery: time.Second, ShutdownTimeout: defaultShutdownTimeout}
-	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice rls --config DIR|FILE [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Serves Envoy's rate limit service (envoy.service.ratelimit.v3) from")
-		fmt.Fprintln(stderr, "envoyproxy/ratelimit's YAML configuration. See docs/envoy.md.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("rls", "--config DIR|FILE [flags]", stderr,
+		"Serves Envoy's rate limit service (envoy.service.ratelimit.v3) from",
+		"envoyproxy/ratelimit's YAML configuration. See docs/envoy.md.",
+	)
 	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve gRPC on: the rate limit service and gRPC health checking")
 	fs.StringVar(&opts.HTTPListen, "http-listen", "", "`address` to serve the JSON endpoint (POST /json), /metrics and /healthz on; empty serves none")
 	fs.StringVar(&opts.Config, "config", "", "envoyproxy/ratelimit configuration: a YAML `file`, or a directory of them (one domain each)")

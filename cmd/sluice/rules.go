@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,17 +39,11 @@ type rulesOptions struct {
 func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	o := rulesOptions{listen: "127.0.0.1:8081", shutdownTimeout: 10 * time.Second}
 	c := &o.cfg
-	fs := flag.NewFlagSet("rules", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice rules --postgres DSN [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Runs the rules service: the admin API under /admin/v1, the gateways' snapshot")
-		fmt.Fprintln(stderr, "long poll under /v1, and /metrics. Tokens come from --tokens and from the")
-		fmt.Fprintln(stderr, "environment: "+envReadToken+", "+envWriteToken+" and "+envGatewayToken+".")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("rules", "--postgres DSN [flags]", stderr,
+		"Runs the rules service: the admin API under /admin/v1, the gateways' snapshot",
+		"long poll under /v1, and /metrics. Tokens come from --tokens and from the",
+		"environment: "+envReadToken+", "+envWriteToken+" and "+envGatewayToken+".",
+	)
 	fs.StringVar(&c.Postgres, "postgres", os.Getenv(envPostgres), "PostgreSQL connection `DSN` (default $"+envPostgres+")")
 	fs.StringVar(&c.Schema, "schema", "sluice", "PostgreSQL `schema` holding the service's tables; created and migrated on start")
 	fs.StringVar(&o.listen, "listen", o.listen, "`address` to serve on")
