@@ -26,19 +26,18 @@ func UseScripts(s *Store) { s.functions = false }
 func UsesFunctions(s *Store) bool { return s.functions }
 
 // FloorScript returns a function that runs, by EVALSHA through s's client,
-// the least any take must do with Redis's clock: TIME, then GET and PSETEX
-// of each key, and a reply of 1+4n integers, with no arithmetic. What it
-// costs Redis is the floor under the take's cost.
+// the commands a take of token buckets that exist runs, and nothing else:
+// GET of each key, PTTL of the first (the clock), PSETEX of each, and a
+// reply of one 24-byte string per key, as a take that passes replies. What
+// it costs Redis is the floor under the take's cost.
 func FloorScript(s *Store) func(ctx context.Context, keys []string) error {
 	script := rueidis.NewLuaScript(`
-local t = redis.call('TIME')
-local reply = {1}
+local pttl = redis.call('PTTL', KEYS[1])
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
-  redis.call('PSETEX', KEYS[i], 60000, '59999880008 1796225705893')
-  reply[4 * i - 2], reply[4 * i - 1], reply[4 * i], reply[4 * i + 1] = 1, 999999, 0, 60000
+  redis.call('PSETEX', KEYS[i], '60000', 'abcdefghijklmnopqrstuvwx')
 end
-return reply`)
+return string.rep('abcdefghijklmnopqrstuvwx', #KEYS)`)
 	return func(ctx context.Context, keys []string) error {
 		return script.Exec(ctx, s.client, keys, nil).Error()
 	}

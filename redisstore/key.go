@@ -62,8 +62,11 @@ func appendEncoded(b []byte, key string) []byte {
 }
 
 // appendKey appends the Redis key of limit l of request key to b:
-// <prefix>{<encoded key>}:<l.BucketID()>. It writes the bucket ID itself
-// rather than calling BucketID, which formats with fmt and allocates; a test
+// <prefix>{<encoded key>}:<l.BucketID()>, and for a token bucket ":b", the
+// mark of its binary state (lua/alg_token_bucket.lua): a gateway of a
+// version that kept that state as text uses the key without it, so the two
+// never read each other's values. It writes the bucket ID itself rather
+// than calling BucketID, which formats with fmt and allocates; a test
 // checks the two agree.
 func appendKey(b []byte, prefix, key string, l *limit.Limit) []byte {
 	b = append(b, prefix...)
@@ -79,8 +82,14 @@ func appendKey(b []byte, prefix, key string, l *limit.Limit) []byte {
 		b = append(b, ':')
 		b = strconv.AppendInt(b, u, 10)
 	}
+	if l.Alg() == limit.TokenBucket {
+		b = append(b, binaryMark...)
+	}
 	return b
 }
+
+// binaryMark ends the key of a state kept in binary (a token bucket's).
+const binaryMark = ":b"
 
 // Slot returns the Redis Cluster hash slot (0 to 16383) that holds every
 // bucket of request key: the CRC16 of its encoded hash tag, as Redis

@@ -63,6 +63,7 @@ func assemble() (takeCode, error) {
 	return takeCode{
 		function: fn,
 		library: "#!lua name=sluice_" + version + "\n" + body +
+			"fresh_by_nx = true\n" +
 			"redis.register_function('" + fn + "', take)\n",
 		script: body + "return take(KEYS, ARGV)\n",
 	}, nil

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -281,21 +282,21 @@ type scratch struct {
 }
 
 // build fills keys and args for a take of cost to want tokens (see
-// lua/take.lua for the layout).
+// lua/take.lua for the layout): a key per limit, then one argument,
+// "<cost> <want>;<limit>;<limit>...", and now in ms when it is not 0 (a
+// test clock).
 func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 	b, ends := sc.buf[:0], sc.ends[:0]
 	for i := range req.Limits {
 		b = appendKey(b, prefix, req.Key, &req.Limits[i])
 		ends = append(ends, len(b))
 	}
-	b = strconv.AppendInt(b, now, 10)
-	ends = append(ends, len(b))
 	b = strconv.AppendInt(b, req.EffectiveCost(), 10)
-	ends = append(ends, len(b))
+	b = append(b, ' ')
 	b = strconv.AppendInt(b, want, 10)
-	ends = append(ends, len(b))
 	for i := range req.Limits {
 		l := &req.Limits[i]
+		b = append(b, ';')
 		b = append(b, l.Alg()...)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, l.Count, 10)
@@ -303,6 +304,10 @@ func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 		b = strconv.AppendInt(b, l.PeriodMillis(), 10)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
+	}
+	ends = append(ends, len(b))
+	if now != 0 {
+		b = strconv.AppendInt(b, now, 10)
 		ends = append(ends, len(b))
 	}
 	all := string(b)
@@ -383,10 +388,19 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	if err := resp.Error(); err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), classify(err), err)
 	}
-	msgs, err := resp.ToArray()
 	var granted int64
+	msg, err := resp.ToMessage()
 	if err == nil {
-		granted, sc.outs, err = parseReply(sc.outs[:0], msgs, len(req.Limits), cost, want)
+		if msg.IsString() {
+			granted = want
+			states, _ := msg.ToString()
+			sc.outs, err = parseStates(sc.outs[:0], states, req.Limits)
+		} else {
+			var msgs []rueidis.RedisMessage
+			if msgs, err = msg.ToArray(); err == nil {
+				granted, sc.outs, err = parseReply(sc.outs[:0], msgs, len(req.Limits), cost, want)
+			}
+		}
 	}
 	if err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), ErrReply, err)
@@ -394,6 +408,45 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	d := limit.Decide(sc.outs)
 	d.Source = limit.FromRedis
 	return granted, d, nil
+}
+
+// stateSize is the length of a token bucket's binary state: three
+// little-endian float64s, the credits left, the ms of the last take and
+// the ms the key expires at (lua/alg_token_bucket.lua).
+const stateSize = 24
+
+// parseStates converts the reply of a take that gave every limit, all
+// token buckets, the tokens it wanted: the states just written, one per
+// limit in order (see lua/take.lua). A limit's outcome follows from the
+// credits it has left, as limit.Evaluate computes it: remaining is whole
+// tokens, reset the ms until the bucket is full again.
+func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]limit.Outcome, error) {
+	if len(states) != stateSize*len(limits) {
+		return outs, fmt.Errorf("reply of %d bytes, want %d token-bucket states of %d bytes for %d limits", len(states), len(limits), stateSize, len(limits))
+	}
+	for i := range limits {
+		l := &limits[i]
+		if l.Alg() != limit.TokenBucket {
+			return outs, fmt.Errorf("reply holds states, but limit %d is %s, not a token bucket", i, l.Alg())
+		}
+		f := math.Float64frombits(le64(states[stateSize*i:]))
+		period := l.PeriodMillis()
+		capacity := l.EffectiveBurst() * period
+		left := int64(f)
+		if float64(left) != f || left < 0 || left > capacity {
+			return outs, fmt.Errorf("limit %d: %v credits left, want an integer from 0 to %d", i, f, capacity)
+		}
+		outs = append(outs, limit.Outcome{Allowed: true, Remaining: left / period,
+			ResetAfter: (capacity - left + l.Count - 1) / l.Count})
+	}
+	return outs, nil
+}
+
+// le64 reads a little-endian uint64 from the first 8 bytes of s.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 // parseReply checks the reply of a take of cost to want tokens for n

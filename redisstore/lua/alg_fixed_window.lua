@@ -13,7 +13,7 @@
 ALGS['fixed_window'] = function(key, now, cost, count, period, burst)
   local stored_ws, stored_used
   local caller = now -- the time asked about, before any standing still
-  local stored = redis.call('GET', key)
+  local stored = call('GET', key)
   if stored then
     local a, b = string.match(stored, '^(%d+) (%d+)$')
     if not a then
@@ -42,5 +42,5 @@ ALGS['fixed_window'] = function(key, now, cost, count, period, burst)
   used = used + cost
   -- Kept until the window ends, counted from the caller's time: after a
   -- clock stepped back, that is later than reset says.
-  return 1, remaining - cost, 0, reset, string.format('%d %d', ws, used), expire_ms(ws + period - caller)
+  return 1, remaining - cost, 0, reset, fmt('%d %d', ws, used), ws + period - caller
 end

@@ -33,7 +33,7 @@ ALGS['gcra'] = function(key, now, cost, count, period, burst)
   local capacity = burst * per_token
   local at = now * per_ms
   local debt = 0 -- a key never seen, or expired, is a full bucket
-  local stored = redis.call('GET', key)
+  local stored = call('GET', key)
   if stored then
     local tat = tonumber(string.match(stored, '^(%-?%d+)$'))
     if not tat then
@@ -60,5 +60,5 @@ ALGS['gcra'] = function(key, now, cost, count, period, burst)
   debt = debt + need
   reset = ceildiv(debt, per_ms)
   local tat = at + debt
-  return 1, floordiv(capacity - debt, per_token), 0, reset, string.format('%d', tat), expire_ms(math.max(reset, 1))
+  return 1, floordiv(capacity - debt, per_token), 0, reset, fmt('%d', tat), math.max(reset, 1)
 end

@@ -16,14 +16,14 @@
 -- departure makes room. The whole list is never sent to the script.
 
 ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
-  local n = redis.call('LLEN', key)
+  local n = call('LLEN', key)
   local first = n + 1 -- index (1-based) of the oldest live entry
   local oldest
   local caller = now -- the time asked about, before any standing still
   if n > 0 then
-    local newest = tonumber(redis.call('LINDEX', key, -1))
+    local newest = tonumber(call('LINDEX', key, -1))
     if not newest then
-      bad_state(key, redis.call('LINDEX', key, -1))
+      bad_state(key, call('LINDEX', key, -1))
     end
     -- A clock that stepped back stands still at the newest entry, which
     -- keeps the list in time order.
@@ -32,7 +32,7 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
     end
     local from, chunk = 0, 16
     while from < n and not oldest do
-      local part = redis.call('LRANGE', key, from, from + chunk - 1)
+      local part = call('LRANGE', key, from, from + chunk - 1)
       if #part == 0 then
         break
       end
@@ -61,32 +61,32 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
   end
   if live + cost > count then
     -- cost <= count, so the entry whose departure makes room is live.
-    local leave = tonumber(redis.call('LINDEX', key, first + live + cost - count - 2))
+    local leave = tonumber(call('LINDEX', key, first + live + cost - count - 2))
     return 0, remaining, leave + period - now, reset, nil
   end
   -- A list takes several commands to write: a function, not a value.
   return 1, remaining - cost, 0, (oldest or now) + period - now, function()
     if first > n then
       if n > 0 then
-        redis.call('DEL', key)
+        call('DEL', key)
       end
     elseif first > 1 then
-      redis.call('LTRIM', key, first - 1, -1)
+      call('LTRIM', key, first - 1, -1)
     end
     -- RPUSH in batches: unpacking thousands of values would overflow the
     -- Lua C stack.
-    local stamp = string.format('%d', now)
+    local stamp = fmt('%d', now)
     local left = cost
     while left > 0 do
       local batch = {}
       for i = 1, math.min(left, 1000) do
         batch[i] = stamp
       end
-      redis.call('RPUSH', key, unpack(batch))
+      call('RPUSH', key, unpack(batch))
       left = left - #batch
     end
     -- The entries just pushed live until now + period; counted from the
     -- caller's time, which a stepped-back clock puts before now.
-    redis.call('PEXPIRE', key, string.format('%d', expire_ms(now + period - caller)))
+    call('PEXPIRE', key, fmt('%d', expire_ms(now + period - caller)))
   end, 0
 end

@@ -14,7 +14,7 @@
 ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   local stored_ws, stored_cur, stored_prev
   local caller = now -- the time asked about, before any standing still
-  local stored = redis.call('GET', key)
+  local stored = call('GET', key)
   if stored then
     local a, b, c = string.match(stored, '^(%d+) (%d+) (%d+)$')
     if not a then
@@ -57,5 +57,5 @@ ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   cur = cur + cost
   -- This window's count weighs on the next one too: keep it until then,
   -- counted from the caller's time (see alg_fixed_window.lua).
-  return 1, remaining - cost, 0, reset, string.format('%d %d %d', ws, cur, prev), expire_ms(ws + 2 * period - caller)
+  return 1, remaining - cost, 0, reset, fmt('%d %d %d', ws, cur, prev), ws + 2 * period - caller
 end

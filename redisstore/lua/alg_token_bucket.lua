@@ -4,42 +4,108 @@
 -- period (ms) credits and the bucket gains count credits each millisecond,
 -- so refill is integer arithmetic, exact here and in Go alike.
 --
--- State: one string "<credits> <ms of last take>", written with PSETEX.
--- A string holds the two numbers in about 60 bytes of Redis memory, against
--- about 100 for a two-field hash, and PSETEX writes the value and its
--- expiry in one command where a hash needs HSET and PEXPIRE. Text, not
--- packed binary: readable in redis-cli, and the format every gateway
--- version shares, so a rolling upgrade never misreads a bucket.
-ALGS['token_bucket'] = function(key, now, cost, count, period, burst)
+-- State: 24 bytes, three little-endian doubles (struct '<ddd'), each an
+-- integer below 2^53, which a double holds exactly:
+--   credits  left after the last take
+--   ttl      the ms the value was written to live
+--   last     the ms of the last take, by Redis's clock, or 0 if the take
+--            that wrote it never read the clock
+-- and the key's expiry. The time since the last take is what a take needs,
+-- and the state gives it without TIME:
+--   last > 0, ttl > 0   written with PXAT last + ttl: now is last + ttl less
+--                       the key's PTTL, and once one bucket of a request
+--                       has told now, the others need no PTTL
+--   last = 0, ttl > 0   written with PX ttl: ttl less PTTL is the time since
+--   ttl = 0             written under a test clock, which runs apart from
+--                       Redis's: last is the time
+-- A take of a bucket that does not exist (full, the usual case for a quiet
+-- key) needs no clock at all: its value is written with PX.
+-- Binary rather than text: unpacking three numbers costs a fraction of
+-- matching a pattern and converting strings (docs/redis.md). The key ends
+-- in ':b' (redisstore/key.go), so a gateway of a version that kept
+-- "<credits> <ms>" text never reads this format, nor this one the text.
+
+-- tb_state returns the credits, ttl and last take a token bucket's stored
+-- value holds, or raises bad_state for a value this file did not write: a
+-- value of another length, or numbers that are not integers in range (NaN
+-- fails every comparison).
+local function tb_state(key, v)
+  if #v ~= 24 then
+    bad_state(key, v)
+  end
+  local credits, ttl, last = sunpack('<ddd', v)
+  if not (credits >= 0 and credits < 2^53 and credits % 1 == 0 and
+          ttl >= 0 and ttl < 2^53 and ttl % 1 == 0 and
+          last > -2^53 and last < 2^53 and last % 1 == 0) then
+    bad_state(key, v)
+  end
+  return credits, ttl, last
+end
+
+-- tb_value returns the value a take leaving left credits writes, to be
+-- kept for ttl ms, at now (nil if this take never read the clock). take.lua
+-- writes it with the expiry the value says.
+local function tb_value(left, ttl, now)
+  if test_clock then
+    return spack('<ddd', left, 0, now)
+  end
+  return spack('<ddd', left, ttl, now or 0)
+end
+
+-- tb_fresh returns what a take of want tokens leaves in a bucket that does
+-- not exist, a full one: its value and ttl, exactly what the algorithm
+-- below computes for it. Only for want <= burst, which a full bucket
+-- always gives.
+local function tb_fresh(want, count, period, burst, now)
+  local left = (burst - want) * period
+  local ttl = ceildiv(want * period, count)
+  if ttl < 1 then
+    ttl = 1
+  end
+  return tb_value(left, ttl, now), ttl
+end
+
+-- The token bucket takes what take.lua read for it instead of the key:
+-- stored, the credits stored (false for a bucket that does not exist), and
+-- elapsed, the ms since the take that stored them.
+ALGS['token_bucket'] = function(key, now, cost, count, period, burst, stored, elapsed)
   local capacity = burst * period
   local credits = capacity -- a bucket never seen, or expired, is full
-  local stored = redis.call('GET', key)
   if stored then
-    local a, b = string.match(stored, '^(%d+) (%-?%d+)$')
-    if not a then
-      bad_state(key, stored)
+    credits = stored
+    if credits > capacity then
+      credits = capacity -- a lowered burst clamps what is stored
     end
-    credits = math.min(tonumber(a), capacity) -- a lowered burst clamps what is stored
-    local elapsed = now - tonumber(b)
     if elapsed > 0 then
-      -- Compare before multiplying: elapsed * count can pass 2^53 after a
-      -- long idle time, the comparison never does.
-      if elapsed >= ceildiv(capacity - credits, count) then
+      -- elapsed * count is exact below 2^53; at or above it, it is more
+      -- than any capacity (limit.Validate keeps capacities below 2^53),
+      -- and the bucket is full either way.
+      local gain = elapsed * count
+      if gain >= capacity - credits then
         credits = capacity
       else
-        credits = credits + elapsed * count
+        credits = credits + gain
       end
     end
   end
-  local reset = ceildiv(capacity - credits, count)
   if cost > burst then
-    return 0, floordiv(credits, period), -1, reset, nil
+    return 0, floordiv(credits, period), -1, ceildiv(capacity - credits, count), nil
   end
   local need = cost * period
   if credits < need then
-    return 0, floordiv(credits, period), ceildiv(need - credits, count), reset, nil
+    return 0, floordiv(credits, period), ceildiv(need - credits, count), ceildiv(capacity - credits, count), nil
   end
   local left = credits - need
-  reset = ceildiv(capacity - left, count)
-  return 1, floordiv(left, period), 0, reset, string.format('%d %d', left, now), expire_ms(math.max(reset, 1))
+  local reset = ceildiv(capacity - left, count)
+  local ttl = reset
+  if ttl < 1 then
+    ttl = 1
+  end
+  local value
+  if test_clock then
+    value = spack('<ddd', left, 0, now)
+  else
+    value = spack('<ddd', left, ttl, now or 0)
+  end
+  return 1, floordiv(left, period), 0, reset, value, ttl
 end

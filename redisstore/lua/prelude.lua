@@ -14,16 +14,30 @@
 -- numbers become text only as described below.
 
 -- ALGS maps an algorithm name to its function:
---   ALGS[name] = function(key, now, cost, count, period, burst)
+--   ALGS[name] = function(key, now, cost, count, period, burst, stored)
 --     -> allowed (1/0), remaining, retry_ms (0 if allowed, -1 never),
---        reset_ms, value, px
--- An algorithm reads its state but never writes it. For an allowed take it
--- returns the new state instead: value, a string or an integer, that
--- take.lua writes with PSETEX key px value, or a function of no arguments
--- that writes it (the sliding log's list). take.lua writes only when every
--- limit of the request allowed. Values, not closures: a closure is an
--- allocation per limit per call, and what is written is one command.
+--        reset_ms, value, ttl
+-- stored is the state take.lua read for the algorithm (the token bucket's
+-- GET), or false; the others read their own. An algorithm reads its state
+-- but never writes it. For an allowed take it returns the new state
+-- instead: value, a string, that take.lua writes with its ttl (ms from now,
+-- at least 1), or a function of no arguments that writes it (the sliding
+-- log's list). take.lua writes only when every limit of the request
+-- allowed. Values, not closures: a closure is an allocation per limit per
+-- call, and what is written is one command.
 local ALGS = {}
+
+-- call, fmt, floor, ceil, spack and sunpack are redis.call,
+-- string.format, math.floor, math.ceil and the struct library's pack and
+-- unpack, bound by bind() at the first call of a take: a library's top
+-- level sees no libraries, and an upvalue is found faster than a global
+-- table's field.
+local call, fmt, floor, ceil, spack, sunpack
+
+local function bind()
+  call, fmt, floor, ceil = redis.call, string.format, math.floor, math.ceil
+  spack, sunpack = struct.pack, struct.unpack
+end
 
 -- Numbers become text through string.format('%d', x) only: it converts x
 -- to a 64-bit C long first, exact below 2^53, and formats several numbers
@@ -37,7 +51,7 @@ local ALGS = {}
 -- rounded double, so its floor can be one off when the exact quotient is
 -- just below an integer; the products used to correct it are exact.
 local function floordiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -47,12 +61,17 @@ local function floordiv(a, b)
 end
 
 -- ceildiv returns the ceiling of a / b for integers a >= 0, b > 0, as Go's
--- (a + b - 1) / b does. Not by that sum: for a near 2^53 it would round,
--- while q * b <= a is exact.
+-- (a + b - 1) / b does. Not by that sum: for a near 2^53 it would round.
+-- The ceiling of the rounded quotient is corrected as floordiv corrects
+-- the floor, with exact products; not by calling floordiv, since a take
+-- runs this two or three times per limit and a Lua call costs more than
+-- the lines.
 local function ceildiv(a, b)
-  local q = floordiv(a, b)
+  local q = ceil(a / b)
   if q * b < a then
     q = q + 1
+  elseif (q - 1) * b >= a then
+    q = q - 1
   end
   return q
 end
@@ -67,8 +86,9 @@ local test_clock = false
 -- clock; under a test clock that may run slower than real time, a key
 -- expiring by real time would vanish before the fake clock says it may.
 -- A state kept longer than its TTL changes no answer, so under a test clock
--- states are simply kept ten minutes longer. Every algorithm's commit must
--- compute its PX through this.
+-- states are simply kept ten minutes longer. take.lua writes every value
+-- an algorithm returns through this; the sliding log, which writes its own
+-- list, calls it too.
 local function expire_ms(ttl)
   if test_clock then
     return ttl + 600000
@@ -80,5 +100,5 @@ end
 -- guessing a state could hand a client a full bucket, so the take fails and
 -- the caller's outage policy decides.
 local function bad_state(key, value)
-  error({err = 'ERR sluice: malformed state at ' .. key .. ': ' .. string.format('%q', value)})
+  error({err = 'ERR sluice: malformed state at ' .. key .. ': ' .. fmt('%q', value)})
 end

@@ -4,14 +4,25 @@
 -- registers take as a Redis function (FCALL), or, for a server without
 -- functions, with one that calls it on KEYS and ARGV (EVALSHA).
 --
--- keys[i]      the state of limit i: <prefix>{<encoded request key>}:<bucket id>
--- args[1]      now in Unix ms, or '0' to read Redis's clock (production)
--- args[2]      cost
--- args[3]      want, at least cost: the most tokens to take
--- args[3 + i]  limit i: '<algorithm> <count> <period ms> <burst>'
+-- keys[i]  the state of limit i: <prefix>{<encoded request key>}:<bucket id>
+-- args[1]   '<cost> <want>;<limit 1>;<limit 2>...', want at least cost (the
+--           most tokens to take), each limit '<algorithm> <count> <period
+--           ms> <burst>'. One argument, parsed once per distinct text and
+--           then found by it: each argument is a string Redis hands the
+--           call, and a fleet sends few distinct texts.
+-- args[2]   now in Unix ms, for a test clock only; without it the call
+--           reads Redis's clock, and only when it needs one.
 --
--- Reply: a flat array of integers: granted (0 when refused, else cost to
--- want), then for each limit allowed (1/0), remaining, retry_ms, reset_ms.
+-- Reply, in one of two forms:
+-- - when every limit is a token bucket and all gave want tokens, the
+--   values just written, limit by limit (24 bytes each, see
+--   alg_token_bucket.lua): Go derives remaining and reset from the credits
+--   left as limit.Evaluate does, and the grant is want. This is the reply
+--   of nearly every take that passes, and formatting nothing is the
+--   cheapest reply there is.
+-- - otherwise a flat array of integers: granted (0 when refused, else cost
+--   to want), then for each limit allowed (1/0), remaining, retry_ms,
+--   reset_ms.
 -- Go combines the limits with limit.Decide, so both stores pick the limit
 -- the headers describe alike.
 --
@@ -20,20 +31,34 @@
 -- and a refused request takes from no limit.
 --
 -- What a call costs Redis is what bounds a shard, so the body avoids what
--- measured dear (docs/redis.md): converting text to numbers (each tonumber
--- is a strtod), allocating (closures, tables), and commands. The tables
--- below live as long as the library and are reused by every call; Redis
--- runs one call at a time, and each call writes what it reads first.
+-- measured dear (docs/redis.md): commands (a token bucket's take is GET,
+-- PTTL and PSETEX, and one SET ... NX GET for a bucket that does not
+-- exist; TIME only for the window algorithms), converting text to numbers
+-- (each tonumber is a strtod), allocating (closures, tables), building a
+-- reply. The tables below live as long as the library
+-- and are reused by every call; Redis runs one call at a time, and each
+-- call writes what it reads first.
 
--- SPECS caches parsed limit specs, args[3 + i], by their text: a fleet has
--- few distinct limits, so a take finds its limits here instead of parsing
--- four fields. Emptied when it grows past SPECS_MAX, so rule churn cannot
--- grow it without bound. Under EVALSHA it lives for one call only.
-local SPECS, nspecs, SPECS_MAX = {}, 0, 4096
+-- SPECS caches parsed limit specs by their text, RECORDS parsed first
+-- arguments: a fleet has few distinct limits and calls, so a take finds
+-- its own here instead of parsing it. Each is emptied when it grows past
+-- CACHE_MAX, so rule churn cannot grow it without bound. Under EVALSHA
+-- they live for one call only.
+local SPECS, nspecs, RECORDS, nrecords, CACHE_MAX = {}, 0, {}, 0, 4096
 
--- LIM[i] is limit i's spec in this call, OUT[6i-5 .. 6i] its algorithm's
--- answer, and REPLY the reply; all reused from call to call.
-local LIM, OUT, REPLY = {}, {}, {}
+-- LIM[i] is limit i's spec in this call; for a token bucket STORED[i] is
+-- the credits read (false if none), ELAPSED[i] the ms since they were
+-- stored, and FRESH[i] whether this call created the bucket by SET NX;
+-- OUT[6i-5 .. 6i] is limit i's algorithm's answer, VALUES the values a
+-- string reply joins, REPLY an array reply. All reused from call to call.
+local LIM, STORED, ELAPSED, FRESH, OUT, VALUES, REPLY = {}, {}, {}, {}, {}, {}, {}
+
+-- fresh_by_nx is whether a bucket that does not exist may be created by
+-- one SET ... NX GET (Redis 7.0 and later) instead of GET then PSETEX (see
+-- spec's lean). The function library sets it; the script form, which
+-- servers before 7.0 run and whose caches die with each call, leaves it
+-- false.
+local fresh_by_nx = false
 
 -- last_s and last_ms cache the seconds of the last TIME read and their
 -- value in ms: the seconds change once a second, and the text of a string
@@ -44,16 +69,21 @@ local last_s, last_ms = nil, 0
 -- redis_now returns Redis's clock in Unix ms. Redis's, never the
 -- gateways': their clocks drift apart.
 local function redis_now()
-  local t = redis.call('TIME')
+  local t = call('TIME')
   local s = t[1]
   if s ~= last_s then
     last_s, last_ms = s, tonumber(s) * 1000
   end
-  return last_ms + math.floor(tonumber(t[2]) / 1000)
+  return last_ms + floor(tonumber(t[2]) / 1000)
 end
 
 -- spec returns limit i's parsed spec {algorithm function, count, period,
--- burst}, from SPECS or by parsing it.
+-- burst, is a token bucket, lean}, from SPECS or by parsing it. lean, from
+-- -8 to 8, says how this limit's buckets were recently found: a positive
+-- lean reads them with GET, the cheapest read of a bucket that exists; a
+-- lean of 0 or less with SET NX, which also writes one that does not (a
+-- quiet key's bucket has expired full by its next take). Either answers
+-- the same; only the cost differs.
 local function spec(text, i)
   local sp = SPECS[text]
   if sp then
@@ -61,18 +91,46 @@ local function spec(text, i)
   end
   local name, count, period, burst = string.match(text, '^([%w_]+) (%d+) (%d+) (%d+)$')
   if not name then
-    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. string.format('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>"'})
+    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. fmt('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>"'})
   end
   local alg = ALGS[name]
   if not alg then
-    error({err = 'ERR sluice: unknown algorithm ' .. string.format('%q', name)})
+    error({err = 'ERR sluice: unknown algorithm ' .. fmt('%q', name)})
   end
-  if nspecs >= SPECS_MAX then
+  if nspecs >= CACHE_MAX then
     SPECS, nspecs = {}, 0
   end
-  sp = {alg, tonumber(count), tonumber(period), tonumber(burst)}
+  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0}
   SPECS[text], nspecs = sp, nspecs + 1
   return sp
+end
+
+-- record returns the parsed first argument {cost, want, n, spec 1 ..
+-- spec n}, from RECORDS or by parsing text. A one-bucket record gains two
+-- more at its first use under Redis's clock: the value and PX a take of
+-- want writes in a missing bucket (take's first path).
+local function record(text)
+  local r = RECORDS[text]
+  if r then
+    return r
+  end
+  local cost, want, rest = string.match(text, '^(%d+) (%d+)(;.+)$')
+  cost, want = tonumber(cost), tonumber(want)
+  if not cost or cost < 1 or want < cost then
+    error({err = 'ERR sluice: arguments ' .. fmt('%q', text) .. ', want "<cost> <want>;<limit>..." with 1 <= cost <= want'})
+  end
+  r = {cost, want, 0}
+  local n = 0
+  for limit in string.gmatch(rest, ';([^;]*)') do
+    n = n + 1
+    r[3 + n] = spec(limit, n)
+  end
+  r[3] = n
+  if nrecords >= CACHE_MAX then
+    RECORDS, nrecords = {}, 0
+  end
+  RECORDS[text], nrecords = r, nrecords + 1
+  return r
 end
 
 -- eval runs every limit's algorithm for a take of c tokens into OUT,
@@ -81,41 +139,155 @@ local function eval(keys, n, now, c)
   local all = 1
   for i = 1, n do
     local sp = LIM[i]
-    local allowed, remaining, retry, reset, value, px = sp[1](keys[i], now, c, sp[2], sp[3], sp[4])
+    local allowed, remaining, retry, reset, value, ttl = sp[1](keys[i], now, c, sp[2], sp[3], sp[4], STORED[i], ELAPSED[i])
     if allowed ~= 1 then
       all = 0
     end
     local o = 6 * i - 5
-    OUT[o], OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5] = allowed, remaining, retry, reset, value, px
+    OUT[o], OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5] = allowed, remaining, retry, reset, value, ttl
   end
   return all
 end
 
-local function take(keys, args)
-  local n = #keys
-  -- Equal strings are one object in Lua: a plain take (want = cost)
-  -- converts one number, not two.
-  local now, cost, want = args[1], tonumber(args[2]), nil
-  if args[3] == args[2] then
-    want = cost
+-- read_bucket reads token bucket sp under key for a take of want tokens
+-- at now (nil while the call has not read the clock); r, given for a
+-- one-bucket call under Redis's clock, holds the value and PX of a missing
+-- bucket ready made. It returns whether
+-- it created the bucket, the credits stored (false for no bucket, a full
+-- one), the ms since they were stored, and now, which the bucket's expiry
+-- may tell (alg_token_bucket.lua).
+--
+-- A bucket that does not exist is full, and what a take of want leaves in
+-- a full bucket does not depend on a clock, so SET NX can write it in the
+-- same command that finds the bucket missing; if the take then gives less
+-- than want, take replaces the value, and if it gives nothing, deletes it.
+-- sp[6] leans towards GET while this limit's buckets are found, and
+-- towards SET NX while they are missing.
+local function read_bucket(key, sp, want, now, r)
+  local v, fresh = nil, false
+  if fresh_by_nx and sp[6] <= 0 and want <= sp[4] then
+    if r and r[5] then
+      -- The record's own: a one-bucket call under Redis's clock.
+      v = call('SET', key, r[5], 'PX', r[6], 'NX', 'GET')
+    else
+      local value, ttl = tb_fresh(want, sp[2], sp[3], sp[4], now)
+      if now and not test_clock then
+        v = call('SET', key, value, 'PXAT', fmt('%d', now + ttl), 'NX', 'GET')
+      else
+        v = call('SET', key, value, 'PX', fmt('%d', expire_ms(ttl)), 'NX', 'GET')
+      end
+    end
+    fresh = not v
   else
-    want = tonumber(args[3])
+    v = call('GET', key)
   end
-  if n == 0 or #args ~= 3 + n or not cost or not want or want < cost then
-    return redis.error_reply('ERR sluice: ' .. n .. ' keys want ' .. (3 + n) .. ' arguments (now, cost, want >= cost, one spec per limit), got ' .. #args)
+  if not v then
+    if sp[6] > -8 then
+      sp[6] = sp[6] - 1
+    end
+    return fresh, false, nil, now
   end
-  if now == '0' then
-    test_clock = false
+  if sp[6] < 8 then
+    sp[6] = sp[6] + 1
+  end
+  local credits, ttl, last = tb_state(key, v)
+  if ttl > 0 and not (now and last > 0) then
+    -- Redis has counted ttl down to the key's PTTL since the take that
+    -- wrote it, which tells now if that take knew it. A PTTL below 0
+    -- (expired during this call, or no expiry, which only a hand outside
+    -- sluice sets) reads as the whole ttl gone: the bucket is full.
+    local pttl = call('PTTL', key)
+    if pttl < 0 then
+      pttl = 0
+    end
+    if last > 0 then
+      now = last + ttl - pttl
+    end
+    return false, credits, ttl - pttl, now
+  end
+  if not now then
     now = redis_now()
-  else
-    test_clock = true
-    now = tonumber(now)
-    if not now then
-      return redis.error_reply('ERR sluice: now is ' .. string.format('%q', args[1]) .. ', not a number')
+  end
+  return false, credits, now - last, now
+end
+
+-- needs_clock reports whether any of the n token buckets of this call
+-- exists, so that a take would write its value: SET NX wrote the others
+-- already.
+local function needs_clock(n)
+  for i = 1, n do
+    if not FRESH[i] then
+      return true
     end
   end
-  for i = 1, n do
-    LIM[i] = spec(args[3 + i], i)
+  return false
+end
+
+local function take(keys, args)
+  if not call then
+    bind()
+  end
+  local r = RECORDS[args[1]] or record(args[1])
+  local cost, want, n = r[1], r[2], r[3]
+  if #keys ~= n or #args > 2 then
+    return redis.error_reply('ERR sluice: ' .. #keys .. ' keys and ' .. #args .. ' arguments for ' .. n .. ' limits, want a key per limit and one or two arguments')
+  end
+  local now = args[2]
+  test_clock = now ~= nil
+  if test_clock then
+    now = tonumber(now)
+    if not now then
+      return redis.error_reply('ERR sluice: now is ' .. fmt('%q', args[2]) .. ', not a number')
+    end
+  end
+  local buckets = true
+  if n == 1 and r[4][5] and not test_clock then
+    -- One token bucket under Redis's clock, the usual call: no tables.
+    local sp, key = r[4], keys[1]
+    if r[5] == nil and want <= sp[4] then
+      -- What a take of want leaves in a missing bucket, formatted once.
+      local value, ttl = tb_fresh(want, sp[2], sp[3], sp[4], nil)
+      r[5], r[6] = value, fmt('%d', ttl)
+    end
+    local fresh, stored, elapsed, at = read_bucket(key, sp, want, nil, r)
+    if fresh then
+      return r[5]
+    end
+    local allowed, remaining, retry, reset, value, ttl = sp[1](key, at, want, sp[2], sp[3], sp[4], stored, elapsed)
+    if allowed == 1 then
+      if at then
+        call('SET', key, value, 'PXAT', fmt('%d', at + ttl))
+      else
+        call('PSETEX', key, fmt('%d', ttl), value)
+      end
+      return value
+    end
+    -- Refused: a bucket SET NX creates is full, and gives want.
+    if want == cost then
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5], REPLY[6] = 0, 0, remaining, retry, reset, nil
+      return REPLY
+    end
+    -- A lease refused want: the passes below, on what was read.
+    LIM[1], FRESH[1], STORED[1], ELAPSED[1], now = sp, false, stored, elapsed, at
+  else
+    -- Read every token bucket first (read_bucket), then run the algorithms.
+    for i = 1, n do
+      local sp = r[3 + i]
+      LIM[i] = sp
+      if sp[5] then
+        FRESH[i], STORED[i], ELAPSED[i], now = read_bucket(keys[i], sp, want, now)
+      else
+        FRESH[i], STORED[i] = false, false
+        buckets = false
+      end
+    end
+  end
+  -- The window algorithms need the clock. So do two or more token buckets
+  -- that will be written: written with the time, their values let the next
+  -- take read one PTTL for them all, where values written without it need
+  -- one each (alg_token_bucket.lua).
+  if not now and (not buckets or n > 1 and needs_clock(n)) then
+    now = redis_now()
   end
 
   -- The algorithms do not write, so asking "could you give want?" costs
@@ -146,17 +318,36 @@ local function take(keys, args)
   if all == 1 then
     for i = 1, n do
       local value = OUT[6 * i - 1]
-      if type(value) == 'function' then
+      if FRESH[i] and grant == want then
+        -- SET NX wrote this value already.
+      elseif not LIM[i][5] and type(value) == 'function' then
         value()
+      elseif now and not test_clock then
+        -- At now + ttl, the expiry a token bucket's value says (see
+        -- alg_token_bucket.lua). Numbers as text formatted here: a number
+        -- passed to redis.call is printed with '%.17g', exact but several
+        -- times dearer than an integer format (docs/redis.md).
+        call('SET', keys[i], value, 'PXAT', fmt('%d', now + OUT[6 * i]))
       else
-        -- PX as text formatted here: a number passed to redis.call is
-        -- printed by Redis with '%.17g', exact but several times dearer
-        -- than an integer format (measured: docs/redis.md).
-        redis.call('PSETEX', keys[i], string.format('%d', OUT[6 * i]), value)
+        call('PSETEX', keys[i], fmt('%d', expire_ms(OUT[6 * i])), value)
       end
+    end
+    if buckets and grant == want then
+      if n == 1 then
+        return OUT[5]
+      end
+      for i = 1, n do
+        VALUES[i] = OUT[6 * i - 1]
+      end
+      return table.concat(VALUES, '', 1, n)
     end
     REPLY[1] = grant
   else
+    for i = 1, n do
+      if FRESH[i] then
+        call('DEL', keys[i]) -- back to no bucket, a full one
+      end
+    end
     REPLY[1] = 0
   end
   for i = 1, n do

@@ -1,0 +1,188 @@
+package redisstore_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// bucketState is a token bucket's value in Redis, decoded: see
+// lua/alg_token_bucket.lua.
+type bucketState struct{ credits, ttl, last int64 }
+
+// readBucket reads and decodes the token bucket under rkey on the
+// standalone server, failing the test if its value is not 24 bytes of
+// three integral doubles.
+func readBucket(t *testing.T, rkey string) bucketState {
+	t.Helper()
+	v, err := standalone.Do(t.Context(), "GET", rkey)
+	if err != nil {
+		t.Fatalf("GET %s: %v", rkey, err)
+	}
+	b, ok := v.(string)
+	if !ok || len(b) != 24 {
+		t.Fatalf("GET %s: got %#v, want 24 bytes", rkey, v)
+	}
+	var f [3]int64
+	for i := range f {
+		x := math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[8*i:])))
+		if x != math.Trunc(x) {
+			t.Fatalf("GET %s: number %d is %v, want an integer", rkey, i, x)
+		}
+		f[i] = int64(x)
+	}
+	return bucketState{f[0], f[1], f[2]}
+}
+
+// redisInt runs a command on the standalone server that answers an
+// integer.
+func redisInt(t *testing.T, args ...string) int64 {
+	t.Helper()
+	v, err := standalone.Do(t.Context(), args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	n, ok := v.(int64)
+	if !ok {
+		t.Fatalf("%v: got %#v, want an integer", args, v)
+	}
+	return n
+}
+
+// oddSecond returns a per-second token bucket with a name no other test
+// uses.
+func oddSecond(count, burst int64) limit.Limit {
+	return limit.Limit{Name: fmt.Sprint("s", rand.Uint32()), Count: count, Period: time.Second, Burst: burst}
+}
+
+// TestTokenBucketValue checks what a take under Redis's clock keeps for a
+// token bucket: the credits left, the TTL it was written with and, once a
+// request of two buckets has read the clock, the time of the take, with
+// the key expiring exactly at that time plus the TTL.
+func TestTokenBucketValue(t *testing.T) {
+	s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	l := oddSecond(10, 20) // 1000 credits a token, 10 credits a ms
+	req := &limit.Request{Key: uniqueKey(t), Cost: 3, Limits: []limit.Limit{l}}
+	rkey := s.RedisKey(req.Key, &l)
+
+	take(t, s, req)
+	// A bucket that did not exist: no clock read, the value says how long
+	// it was written to live.
+	if got, want := readBucket(t, rkey), (bucketState{17_000, 300, 0}); got != want {
+		t.Errorf("after taking 3 of a fresh bucket: got %+v, want %+v", got, want)
+	}
+	if pttl := redisInt(t, "PTTL", rkey); pttl <= 0 || pttl > 300 {
+		t.Errorf("PTTL %d, want 1..300", pttl)
+	}
+
+	// Two buckets that exist are written with the time of the take.
+	m := oddSecond(100, 100)
+	two := &limit.Request{Key: req.Key, Limits: []limit.Limit{l, m}}
+	take(t, s, two)
+	before := time.Now().UnixMilli()
+	take(t, s, two)
+	for _, lim := range []limit.Limit{l, m} {
+		rkey := s.RedisKey(req.Key, &lim)
+		st := readBucket(t, rkey)
+		if st.last < before-1000 || st.last > time.Now().UnixMilli()+1000 {
+			t.Errorf("%s: last take at %d ms, want about %d", lim.Name, st.last, before)
+		}
+		if at := redisInt(t, "PEXPIRETIME", rkey); at != st.last+st.ttl {
+			t.Errorf("%s: expires at %d, want last %d + ttl %d", lim.Name, at, st.last, st.ttl)
+		}
+	}
+}
+
+// TestClockFromExpiry checks that a take reads the time since the last one
+// from the key's expiry: moving the expiry 5.5s closer is, to the take,
+// 5.5s gone by. For one bucket written without the time, and for two
+// written with it, where the first bucket's expiry tells the clock for
+// both. A token a second, so that the real time the test takes (well under
+// half a second) changes no count.
+func TestClockFromExpiry(t *testing.T) {
+	s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	ctx := t.Context()
+	l := oddSecond(1, 10)
+	m := oddSecond(1, 10)
+
+	t.Run("WithoutTime", func(t *testing.T) {
+		req := &limit.Request{Key: uniqueKey(t), Cost: 10, Limits: []limit.Limit{l}}
+		rkey := s.RedisKey(req.Key, &l)
+		if d := take(t, s, req); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("draining the bucket: got %+v", d)
+		}
+		if st := readBucket(t, rkey); st.last != 0 || st.ttl != 10_000 {
+			t.Fatalf("drained bucket %+v, want ttl 10000 and no time", st)
+		}
+		redisInt(t, "PEXPIRE", rkey, fmt.Sprint(redisInt(t, "PTTL", rkey)-5_500))
+		req.Cost = 1
+		if d := take(t, s, req); !d.Allowed || d.Remaining != 4 {
+			t.Errorf("5.5s after draining: got allowed %v remaining %d, want allowed with 4 left", d.Allowed, d.Remaining)
+		}
+		req.Cost = 5
+		if d := take(t, s, req); d.Allowed || d.RetryAfter < 300*time.Millisecond || d.RetryAfter > 500*time.Millisecond {
+			t.Errorf("5 more with 4.5 left: got allowed %v retry %v, want refused with about 500ms to wait", d.Allowed, d.RetryAfter)
+		}
+	})
+
+	t.Run("WithTime", func(t *testing.T) {
+		req := &limit.Request{Key: uniqueKey(t), Cost: 1, Limits: []limit.Limit{l, m}}
+		take(t, s, req) // creates both
+		req.Cost = 9
+		if d := take(t, s, req); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("draining both buckets: got %+v", d)
+		}
+		lkey, mkey := s.RedisKey(req.Key, &l), s.RedisKey(req.Key, &m)
+		ls, ms := readBucket(t, lkey), readBucket(t, mkey)
+		if ls.last == 0 || ms.last == 0 {
+			t.Fatalf("drained buckets %+v and %+v, want the time of the take in both", ls, ms)
+		}
+		// Only the first bucket's expiry moves: it tells the time, which the
+		// second reads against its own last take.
+		at := redisInt(t, "PEXPIRETIME", lkey)
+		if v, err := standalone.Do(ctx, "PEXPIREAT", lkey, fmt.Sprint(at-5_500)); err != nil || v != int64(1) {
+			t.Fatalf("PEXPIREAT: %v, %v", v, err)
+		}
+		req.Cost = 1
+		d := take(t, s, req)
+		if !d.Allowed || d.Remaining != 4 {
+			t.Errorf("5.5s after draining: got allowed %v remaining %d, want allowed with 4 left in both", d.Allowed, d.Remaining)
+		}
+		if st := readBucket(t, mkey); st.credits < ms.credits+4_500 || st.credits > ms.credits+5_000 {
+			t.Errorf("second bucket holds %d credits, want %d refilled by 5500 less the 1000 taken", st.credits, ms.credits)
+		}
+	})
+}
+
+// TestRefusedTakeLeavesNoBucket checks the all-or-nothing rule for a bucket
+// that a take creates as it reads it (SET NX): when another limit refuses,
+// the bucket is gone again, full, as if never asked.
+func TestRefusedTakeLeavesNoBucket(t *testing.T) {
+	s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	key := uniqueKey(t)
+	tight := oddSecond(1, 1)
+	if d := take(t, s, &limit.Request{Key: key, Limits: []limit.Limit{tight}}); !d.Allowed {
+		t.Fatalf("first take of a fresh bucket refused: %+v", d)
+	}
+	// A spec no other test sends, so that the take creates it with SET NX
+	// (it reads a spec whose buckets were recently found with GET).
+	fresh := oddSecond(10, 1000+rand.Int64N(1_000_000))
+	req := &limit.Request{Key: key, Limits: []limit.Limit{fresh, tight}}
+	for range 3 {
+		if d := take(t, s, req); d.Allowed {
+			t.Fatalf("take with the tight limit drained: got %+v, want refused", d)
+		}
+		if n := redisInt(t, "EXISTS", s.RedisKey(key, &fresh)); n != 0 {
+			t.Fatalf("EXISTS of the fresh bucket after a refused take: %d, want 0", n)
+		}
+	}
+	if d := take(t, s, &limit.Request{Key: key, Limits: []limit.Limit{fresh}}); !d.Allowed || d.Remaining != fresh.Burst-1 {
+		t.Errorf("fresh bucket alone after the refusals: got %+v, want a full bucket (%d left)", d, fresh.Burst-1)
+	}
+}
