@@ -209,7 +209,9 @@ func TestRefillByRedisClock(t *testing.T) {
 func TestAcrossPrimaries(t *testing.T) {
 	s := newStore(t, redisstore.Config{Addrs: cluster.Addrs()})
 	ctx := t.Context()
-	limits := []limit.Limit{perSecond("s", 10, 20), {Name: "m", Count: 600, Period: time.Minute}, {Name: "d", Count: 10000, Period: 24 * time.Hour, Algorithm: limit.TokenBucket}}
+	// Slow refills, so that every bucket outlives the EXISTS below on a
+	// loaded machine: a take of 2 keeps each for 12 s or more.
+	limits := []limit.Limit{{Name: "s", Count: 10, Period: time.Minute, Burst: 20}, {Name: "m", Count: 600, Period: time.Hour}, {Name: "d", Count: 10000, Period: 24 * time.Hour, Algorithm: limit.TokenBucket}}
 	primaries, err := cluster.Primaries(ctx)
 	if err != nil {
 		t.Fatal(err)
