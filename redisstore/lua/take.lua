@@ -211,16 +211,18 @@ local function read_bucket(key, sp, want, now, r)
   return false, credits, now - last, now
 end
 
--- needs_clock reports whether any of the n token buckets of this call
--- exists, so that a take would write its value: SET NX wrote the others
--- already.
+-- needs_clock reports whether two or more of the n token buckets of this
+-- call exist, so that a take would write their values (SET NX wrote the
+-- others already): only then does one value that tells the time save the
+-- next take a PTTL.
 local function needs_clock(n)
+  local written = 0
   for i = 1, n do
     if not FRESH[i] then
-      return true
+      written = written + 1
     end
   end
-  return false
+  return written > 1
 end
 
 local function take(keys, args)
@@ -283,9 +285,9 @@ local function take(keys, args)
     end
   end
   -- The window algorithms need the clock. So do two or more token buckets
-  -- that will be written: written with the time, their values let the next
-  -- take read one PTTL for them all, where values written without it need
-  -- one each (alg_token_bucket.lua).
+  -- that will be written (needs_clock): written with the time, their
+  -- values let the next take read one PTTL for them all, where values
+  -- written without it need one each (alg_token_bucket.lua).
   if not now and (not buckets or n > 1 and needs_clock(n)) then
     now = redis_now()
   end
