@@ -2,13 +2,16 @@ package redisstore_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/redisstore"
 )
 
@@ -184,5 +187,102 @@ func TestRefusedTakeLeavesNoBucket(t *testing.T) {
 	}
 	if d := take(t, s, &limit.Request{Key: key, Limits: []limit.Limit{fresh}}); !d.Allowed || d.Remaining != fresh.Burst-1 {
 		t.Errorf("fresh bucket alone after the refusals: got %+v, want a full bucket (%d left)", d, fresh.Burst-1)
+	}
+}
+
+// TestFailedTakeLeavesNoBucket checks the all-or-nothing rule when a take
+// fails: a bucket it created while reading (SET NX) is gone again when a
+// later limit's state turns out foreign, and the error says why.
+func TestFailedTakeLeavesNoBucket(t *testing.T) {
+	s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	for _, c := range []struct {
+		name  string
+		limit limit.Limit
+		set   []string // puts a foreign value under the second limit's key, which goes second
+		want  string
+	}{
+		{"malformed bucket", oddSecond(10, 10), []string{"SET", "", "garbage"}, "malformed state"},
+		{"window of another type", limit.Limit{Name: "w", Count: 10, Period: time.Second, Algorithm: limit.FixedWindow}, []string{"RPUSH", "", "x"}, "WRONGTYPE"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := uniqueKey(t)
+			// A spec no other test sends, so that the take creates it with
+			// SET NX.
+			fresh := oddSecond(10, 1000+rand.Int64N(1_000_000))
+			c.set[1] = s.RedisKey(key, &c.limit)
+			if _, err := standalone.Do(t.Context(), c.set...); err != nil {
+				t.Fatal(err)
+			}
+			req := &limit.Request{Key: key, Limits: []limit.Limit{fresh, c.limit}}
+			if _, err := s.Take(t.Context(), req); !errors.Is(err, redisstore.ErrReply) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("take with a foreign second state: got %v, want ErrReply with %q", err, c.want)
+			}
+			if n := redisInt(t, "EXISTS", s.RedisKey(key, &fresh)); n != 0 {
+				t.Errorf("EXISTS of the bucket the failed take created: %d, want 0", n)
+			}
+		})
+	}
+}
+
+// TestRedisClockMatchesModel runs random requests through a store on
+// Redis's clock, the production path (the one-bucket path and the general
+// one, SET NX and its undo, lease passes, the clock read from buckets'
+// expiry or TIME, GCRA beside token buckets), and through memstore on a
+// clock that stands still. Every limit refills a token in half an hour or
+// more, so the second or so the test takes refills a thousandth of one:
+// decisions, the limit reported, remaining tokens and grants must agree
+// exactly, and waits within the test's own running time.
+func TestRedisClockMatchesModel(t *testing.T) {
+	// A token every 60, 61, 33.5 and 71 minutes: no two limits' waits for
+	// the few tokens asked here are within minutes of each other, so the
+	// limit a refusal reports is the same in both stores.
+	pool := []limit.Limit{
+		{Name: "a", Count: 1, Period: time.Hour, Burst: 5},
+		{Name: "b", Count: 1, Period: 61 * time.Minute, Burst: 12},
+		{Name: "c", Count: 2, Period: 67 * time.Minute, Burst: 30},
+		{Name: "g", Count: 1, Period: 71 * time.Minute, Burst: 8, Algorithm: limit.GCRA},
+	}
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := t.Context()
+			s := newStore(t, redisstore.Config{Addrs: tg.addrs()})
+			frozen := time.Now()
+			mem := memstore.New(memstore.Config{Now: func() time.Time { return frozen }})
+			began := time.Now()
+			rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
+			base := uniqueKey(t)
+			for step := range 800 {
+				var ls []limit.Limit
+				for _, l := range pool {
+					if rng.IntN(2) == 0 {
+						ls = append(ls, l)
+					}
+				}
+				if len(ls) == 0 {
+					i := rng.IntN(len(pool))
+					ls = pool[i : i+1]
+				}
+				req := &limit.Request{Key: fmt.Sprintf("%s-%d", base, rng.IntN(8)), Cost: 1 + rng.Int64N(3), Limits: ls}
+				want := req.Cost
+				if rng.IntN(3) == 0 {
+					want += 1 + rng.Int64N(6)
+				}
+				gotN, got, err := s.TakeUpTo(ctx, req, want)
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				wantN, model, err := mem.TakeUpTo(ctx, req, want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slack := time.Since(began) + time.Second
+				near := func(a, b time.Duration) bool { return a == b || a >= 0 && b >= 0 && (a-b).Abs() <= slack }
+				if gotN != wantN || got.Allowed != model.Allowed || got.Index != model.Index || got.Remaining != model.Remaining ||
+					!near(got.RetryAfter, model.RetryAfter) || !near(got.ResetAfter, model.ResetAfter) {
+					t.Fatalf("step %d, %d to %d tokens of %v for %s: Redis granted %d, %+v; model granted %d, %+v",
+						step, req.Cost, want, ls, req.Key, gotN, got, wantN, model)
+				}
+			}
+		})
 	}
 }

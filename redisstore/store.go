@@ -411,8 +411,8 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 }
 
 // stateSize is the length of a token bucket's binary state: three
-// little-endian float64s, the credits left, the ms of the last take and
-// the ms the key expires at (lua/alg_token_bucket.lua).
+// little-endian float64s, the credits left, the ms the value was written to
+// live and the ms of the last take (lua/alg_token_bucket.lua).
 const stateSize = 24
 
 // parseStates converts the reply of a take that gave every limit, all

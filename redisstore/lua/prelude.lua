@@ -14,17 +14,19 @@
 -- numbers become text only as described below.
 
 -- ALGS maps an algorithm name to its function:
---   ALGS[name] = function(key, now, cost, count, period, burst, stored)
+--   ALGS[name] = function(key, now, cost, count, period, burst, stored, elapsed)
 --     -> allowed (1/0), remaining, retry_ms (0 if allowed, -1 never),
 --        reset_ms, value, ttl
--- stored is the state take.lua read for the algorithm (the token bucket's
--- GET), or false; the others read their own. An algorithm reads its state
--- but never writes it. For an allowed take it returns the new state
--- instead: value, a string, that take.lua writes with its ttl (ms from now,
--- at least 1), or a function of no arguments that writes it (the sliding
--- log's list). take.lua writes only when every limit of the request
--- allowed. Values, not closures: a closure is an allocation per limit per
--- call, and what is written is one command.
+-- stored and elapsed are what take.lua read for a token bucket: the
+-- credits stored (false for no bucket) and the ms since; the other
+-- algorithms read their own keys. now is nil when the call has not read
+-- the clock, which only a token bucket can be given. An algorithm reads
+-- its state but never writes it. For an allowed take it returns the new
+-- state instead: value, a string, that take.lua writes with its ttl (ms
+-- from now, at least 1), or a function of no arguments that writes it (the
+-- sliding log's list). take.lua writes only when every limit of the
+-- request allowed. Values, not closures: a closure is an allocation per
+-- limit per call, and what is written is one command.
 local ALGS = {}
 
 -- call, fmt, floor, ceil, spack and sunpack are redis.call,
@@ -76,8 +78,8 @@ local function ceildiv(a, b)
   return q
 end
 
--- test_clock is true during a call whose caller passed the time (ARGV[1]
--- is not '0'): only tests do, to drive a fake clock. Production sends '0'
+-- test_clock is true during a call whose caller passed the time (a second
+-- argument): only tests do, to drive a fake clock. Production passes none
 -- and the call reads Redis's own clock. take.lua sets it at every call.
 local test_clock = false
 

@@ -48,10 +48,16 @@ local SPECS, nspecs, RECORDS, nrecords, CACHE_MAX = {}, 0, {}, 0, 4096
 
 -- LIM[i] is limit i's spec in this call; for a token bucket STORED[i] is
 -- the credits read (false if none), ELAPSED[i] the ms since they were
--- stored, and FRESH[i] whether this call created the bucket by SET NX;
+-- stored (nil until known), LAST[i] and TTL[i] the value's last take and
+-- ttl, and FRESH[i] whether this call created the bucket by SET NX;
 -- OUT[6i-5 .. 6i] is limit i's algorithm's answer, VALUES the values a
 -- string reply joins, REPLY an array reply. All reused from call to call.
-local LIM, STORED, ELAPSED, FRESH, OUT, VALUES, REPLY = {}, {}, {}, {}, {}, {}, {}
+local LIM, STORED, ELAPSED, LAST, TTL, FRESH = {}, {}, {}, {}, {}, {}
+local OUT, VALUES, REPLY = {}, {}, {}
+
+-- FULL is an elapsed time that refills any bucket: times any count it is
+-- at least 2^53, more than any capacity.
+local FULL = 2^53
 
 -- fresh_by_nx is whether a bucket that does not exist may be created by
 -- one SET ... NX GET (Redis 7.0 and later) instead of GET then PSETEX (see
@@ -150,32 +156,26 @@ local function eval(keys, n, now, c)
 end
 
 -- read_bucket reads token bucket sp under key for a take of want tokens
--- at now (nil while the call has not read the clock); r, given for a
--- one-bucket call under Redis's clock, holds the value and PX of a missing
--- bucket ready made. It returns whether
--- it created the bucket, the credits stored (false for no bucket, a full
--- one), the ms since they were stored, and now, which the bucket's expiry
--- may tell (alg_token_bucket.lua).
+-- (now is the test clock's, else nil); r, given for a one-bucket call under
+-- Redis's clock, holds the value and PX of a missing bucket ready made. It
+-- returns whether it created the bucket, the credits stored (false for no
+-- bucket, a full one), and the ms since they were stored, or nil when the
+-- clock must tell (elapsed_since), with the value's last take and ttl.
 --
 -- A bucket that does not exist is full, and what a take of want leaves in
 -- a full bucket does not depend on a clock, so SET NX can write it in the
 -- same command that finds the bucket missing; if the take then gives less
--- than want, take replaces the value, and if it gives nothing, deletes it.
--- sp[6] leans towards GET while this limit's buckets are found, and
--- towards SET NX while they are missing.
+-- than want, take replaces the value, and if it gives nothing or fails,
+-- deletes it. sp[6] leans towards GET while this limit's buckets are
+-- found, and towards SET NX while they are missing.
 local function read_bucket(key, sp, want, now, r)
   local v, fresh = nil, false
   if fresh_by_nx and sp[6] <= 0 and want <= sp[4] then
     if r and r[5] then
-      -- The record's own: a one-bucket call under Redis's clock.
       v = call('SET', key, r[5], 'PX', r[6], 'NX', 'GET')
     else
       local value, ttl = tb_fresh(want, sp[2], sp[3], sp[4], now)
-      if now and not test_clock then
-        v = call('SET', key, value, 'PXAT', fmt('%d', now + ttl), 'NX', 'GET')
-      else
-        v = call('SET', key, value, 'PX', fmt('%d', expire_ms(ttl)), 'NX', 'GET')
-      end
+      v = call('SET', key, value, 'PX', fmt('%d', expire_ms(ttl)), 'NX', 'GET')
     end
     fresh = not v
   else
@@ -185,30 +185,45 @@ local function read_bucket(key, sp, want, now, r)
     if sp[6] > -8 then
       sp[6] = sp[6] - 1
     end
-    return fresh, false, nil, now
+    return fresh, false, nil, 0, 0
   end
   if sp[6] < 8 then
     sp[6] = sp[6] + 1
   end
   local credits, ttl, last = tb_state(key, v)
-  if ttl > 0 and not (now and last > 0) then
-    -- Redis has counted ttl down to the key's PTTL since the take that
-    -- wrote it, which tells now if that take knew it. A PTTL below 0
-    -- (expired during this call, or no expiry, which only a hand outside
-    -- sluice sets) reads as the whole ttl gone: the bucket is full.
+  if ttl > 0 and last == 0 then
+    -- Written with PX ttl and without the time: Redis has counted ttl
+    -- down to the key's PTTL since. A PTTL below 0 (no expiry, which only
+    -- a hand outside sluice sets, or expired during this call) reads as
+    -- a full bucket.
     local pttl = call('PTTL', key)
     if pttl < 0 then
-      pttl = 0
+      return false, credits, FULL, 0, ttl
     end
-    if last > 0 then
-      now = last + ttl - pttl
+    return false, credits, ttl - pttl, 0, ttl
+  end
+  return false, credits, nil, last, ttl
+end
+
+-- elapsed_since returns the ms since a bucket's last take, given the
+-- value's last and ttl and the call's now (nil if not known yet), and now.
+-- Without now, a value written with the time (PXAT last + ttl) tells it:
+-- last + ttl less the key's PTTL. take calls this only after every
+-- bucket's PTTL of read_bucket, so that the now a take writes is never
+-- earlier than an elapsed it measured: a millisecond that turns during a
+-- call can then be lost to a refill, never counted twice.
+local function elapsed_since(key, last, ttl, now)
+  if not now and ttl > 0 then
+    local pttl = call('PTTL', key)
+    if pttl < 0 then
+      return FULL, nil -- no expiry to read the clock from: a full bucket
     end
-    return false, credits, ttl - pttl, now
+    return ttl - pttl, last + ttl - pttl
   end
   if not now then
     now = redis_now()
   end
-  return false, credits, now - last, now
+  return now - last, now
 end
 
 -- needs_clock reports whether two or more of the n token buckets of this
@@ -225,63 +240,26 @@ local function needs_clock(n)
   return written > 1
 end
 
-local function take(keys, args)
-  if not call then
-    bind()
-  end
-  local r = RECORDS[args[1]] or record(args[1])
-  local cost, want, n = r[1], r[2], r[3]
-  if #keys ~= n or #args > 2 then
-    return redis.error_reply('ERR sluice: ' .. #keys .. ' keys and ' .. #args .. ' arguments for ' .. n .. ' limits, want a key per limit and one or two arguments')
-  end
-  local now = args[2]
-  test_clock = now ~= nil
-  if test_clock then
-    now = tonumber(now)
-    if not now then
-      return redis.error_reply('ERR sluice: now is ' .. fmt('%q', args[2]) .. ', not a number')
-    end
-  end
+-- general is take for every call but the usual one: read every token
+-- bucket, learn the clock if it must, run the algorithms, write all or
+-- nothing, reply. It may have created buckets by SET NX (FRESH) when it
+-- raises an error; take deletes them then.
+local function general(keys, n, r, cost, want, now)
   local buckets = true
-  if n == 1 and r[4][5] and not test_clock then
-    -- One token bucket under Redis's clock, the usual call: no tables.
-    local sp, key = r[4], keys[1]
-    if r[5] == nil and want <= sp[4] then
-      -- What a take of want leaves in a missing bucket, formatted once.
-      local value, ttl = tb_fresh(want, sp[2], sp[3], sp[4], nil)
-      r[5], r[6] = value, fmt('%d', ttl)
+  for i = 1, n do
+    local sp = r[3 + i]
+    LIM[i] = sp
+    if sp[5] then
+      FRESH[i], STORED[i], ELAPSED[i], LAST[i], TTL[i] = read_bucket(keys[i], sp, want, now)
+    else
+      STORED[i] = false
+      buckets = false
     end
-    local fresh, stored, elapsed, at = read_bucket(key, sp, want, nil, r)
-    if fresh then
-      return r[5]
-    end
-    local allowed, remaining, retry, reset, value, ttl = sp[1](key, at, want, sp[2], sp[3], sp[4], stored, elapsed)
-    if allowed == 1 then
-      if at then
-        call('SET', key, value, 'PXAT', fmt('%d', at + ttl))
-      else
-        call('PSETEX', key, fmt('%d', ttl), value)
-      end
-      return value
-    end
-    -- Refused: a bucket SET NX creates is full, and gives want.
-    if want == cost then
-      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5], REPLY[6] = 0, 0, remaining, retry, reset, nil
-      return REPLY
-    end
-    -- A lease refused want: the passes below, on what was read.
-    LIM[1], FRESH[1], STORED[1], ELAPSED[1], now = sp, false, stored, elapsed, at
-  else
-    -- Read every token bucket first (read_bucket), then run the algorithms.
-    for i = 1, n do
-      local sp = r[3 + i]
-      LIM[i] = sp
-      if sp[5] then
-        FRESH[i], STORED[i], ELAPSED[i], now = read_bucket(keys[i], sp, want, now)
-      else
-        FRESH[i], STORED[i] = false, false
-        buckets = false
-      end
+  end
+  -- Only now, after every PTTL of the loop, the clock (elapsed_since).
+  for i = 1, n do
+    if STORED[i] and not ELAPSED[i] then
+      ELAPSED[i], now = elapsed_since(keys[i], LAST[i], TTL[i], now)
     end
   end
   -- The window algorithms need the clock. So do two or more token buckets
@@ -348,16 +326,87 @@ local function take(keys, args)
     for i = 1, n do
       if FRESH[i] then
         call('DEL', keys[i]) -- back to no bucket, a full one
+        FRESH[i] = false
       end
     end
     REPLY[1] = 0
   end
   for i = 1, n do
-    local o, r = 6 * i - 5, 4 * i - 2
-    REPLY[r], REPLY[r + 1], REPLY[r + 2], REPLY[r + 3] = OUT[o], OUT[o + 1], OUT[o + 2], OUT[o + 3]
+    local o, j = 6 * i - 5, 4 * i - 2
+    REPLY[j], REPLY[j + 1], REPLY[j + 2], REPLY[j + 3] = OUT[o], OUT[o + 1], OUT[o + 2], OUT[o + 3]
   end
   -- Redis reads a reply table up to its first nil: end this call's reply
   -- there, whatever a longer one before it left behind.
   REPLY[4 * n + 2] = nil
   return REPLY
+end
+
+local function take(keys, args)
+  if not call then
+    bind()
+  end
+  if not args[1] then
+    return redis.error_reply('ERR sluice: no arguments, want "<cost> <want>;<limit>..." and, under a test clock, now')
+  end
+  local r = RECORDS[args[1]] or record(args[1])
+  local cost, want, n = r[1], r[2], r[3]
+  if #keys ~= n or #args > 2 then
+    return redis.error_reply('ERR sluice: ' .. #keys .. ' keys and ' .. #args .. ' arguments for ' .. n .. ' limits, want a key per limit and one or two arguments')
+  end
+  local now = args[2]
+  test_clock = now ~= nil
+  if test_clock then
+    now = tonumber(now)
+    if not now then
+      return redis.error_reply('ERR sluice: now is ' .. fmt('%q', args[2]) .. ', not a number')
+    end
+  end
+  if n == 1 and r[4][5] and not test_clock then
+    -- One token bucket under Redis's clock, the usual call: no tables, and
+    -- no error can follow a write.
+    local sp, key = r[4], keys[1]
+    if r[5] == nil and want <= sp[4] then
+      -- What a take of want leaves in a missing bucket, formatted once.
+      local value, ttl = tb_fresh(want, sp[2], sp[3], sp[4], nil)
+      r[5], r[6] = value, fmt('%d', ttl)
+    end
+    local fresh, stored, elapsed, last, ttlw = read_bucket(key, sp, want, nil, r)
+    if fresh then
+      return r[5]
+    end
+    local at
+    if stored and not elapsed then
+      elapsed, at = elapsed_since(key, last, ttlw, nil)
+    end
+    local allowed, remaining, retry, reset, value, ttl = sp[1](key, at, want, sp[2], sp[3], sp[4], stored, elapsed)
+    if allowed == 1 then
+      if at then
+        call('SET', key, value, 'PXAT', fmt('%d', at + ttl))
+      else
+        call('PSETEX', key, fmt('%d', ttl), value)
+      end
+      return value
+    end
+    if want == cost then
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5], REPLY[6] = 0, 0, remaining, retry, reset, nil
+      return REPLY
+    end
+    -- A lease refused want, having written nothing (a bucket SET NX
+    -- creates is full, and gives want): the general path's passes, which
+    -- read the bucket again.
+  end
+  for i = 1, n do
+    FRESH[i] = false
+  end
+  local ok, reply = pcall(general, keys, n, r, cost, want, now)
+  if ok then
+    return reply
+  end
+  -- All or nothing, errors too: a bucket this call created goes again.
+  for i = 1, n do
+    if FRESH[i] then
+      call('DEL', keys[i])
+    end
+  end
+  error(reply, 0)
 end
