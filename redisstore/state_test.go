@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -201,7 +202,7 @@ func TestFailedTakeLeavesNoBucket(t *testing.T) {
 		set   []string // puts a foreign value under the second limit's key, which goes second
 		want  string
 	}{
-		{"malformed bucket", oddSecond(10, 10), []string{"SET", "", "garbage"}, "malformed state"},
+		{"malformed bucket", oddSecond(10, 10), []string{"SET", "", "garbage"}, "sluice: malformed state"},
 		{"window of another type", limit.Limit{Name: "w", Count: 10, Period: time.Second, Algorithm: limit.FixedWindow}, []string{"RPUSH", "", "x"}, "WRONGTYPE"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -214,8 +215,10 @@ func TestFailedTakeLeavesNoBucket(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := &limit.Request{Key: key, Limits: []limit.Limit{fresh, c.limit}}
-			if _, err := s.Take(t.Context(), req); !errors.Is(err, redisstore.ErrReply) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("take with a foreign second state: got %v, want ErrReply with %q", err, c.want)
+			// The reply as Redis gave it (rueidis drops a leading "ERR "), and no
+			// "ERR " added in front of it.
+			if _, err := s.Take(t.Context(), req); !errors.Is(err, redisstore.ErrReply) || !strings.Contains(err.Error(), ": "+c.want) || strings.Contains(err.Error(), "ERR "+c.want) {
+				t.Fatalf("take with a foreign second state: got %v, want ErrReply ending in the reply %q", err, c.want)
 			}
 			if n := redisInt(t, "EXISTS", s.RedisKey(key, &fresh)); n != 0 {
 				t.Errorf("EXISTS of the bucket the failed take created: %d, want 0", n)
@@ -284,5 +287,24 @@ func TestRedisClockMatchesModel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNodeErrorInAScript checks that a node-wide error raised inside the
+// take, here OOM when a script (the form of servers without functions)
+// first writes, reaches the caller as the node being unavailable, whether
+// the one-bucket path or the general one met it.
+func TestNodeErrorInAScript(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newStore(t, redisstore.Config{Addrs: []string{srv.Addr()}})
+	redisstore.UseScripts(s)
+	if _, err := srv.Do(t.Context(), "CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ls := range [][]limit.Limit{{oddSecond(10, 10)}, {oddSecond(10, 10), oddSecond(5, 5)}} {
+		_, err := s.Take(t.Context(), &limit.Request{Key: uniqueKey(t), Limits: ls})
+		if !errors.Is(err, redisstore.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
+			t.Errorf("%d limits under maxmemory 1: got %v, want ErrUnavailable with OOM", len(ls), err)
+		}
 	}
 }

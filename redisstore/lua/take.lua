@@ -33,7 +33,8 @@
 -- What a call costs Redis is what bounds a shard, so the body avoids what
 -- measured dear (docs/redis.md): commands (a token bucket's take is GET,
 -- PTTL and PSETEX, and one SET ... NX GET for a bucket that does not
--- exist; TIME only for the window algorithms), converting text to numbers
+-- exist; TIME only for the window algorithms and for buckets that no
+-- value tells the time to), converting text to numbers
 -- (each tonumber is a strtod), allocating (closures, tables), building a
 -- reply. The tables below live as long as the library
 -- and are reused by every call; Redis runs one call at a time, and each
@@ -194,8 +195,7 @@ local function read_bucket(key, sp, want, now, r)
   if ttl > 0 and last == 0 then
     -- Written with PX ttl and without the time: Redis has counted ttl
     -- down to the key's PTTL since. A PTTL below 0 (no expiry, which only
-    -- a hand outside sluice sets, or expired during this call) reads as
-    -- a full bucket.
+    -- a hand outside sluice sets) reads as a full bucket.
     local pttl = call('PTTL', key)
     if pttl < 0 then
       return false, credits, FULL, 0, ttl
@@ -215,8 +215,13 @@ end
 local function elapsed_since(key, last, ttl, now)
   if not now and ttl > 0 then
     local pttl = call('PTTL', key)
-    if pttl < 0 then
-      return FULL, nil -- no expiry to read the clock from: a full bucket
+    if pttl <= 0 then
+      -- No expiry to read the clock from, or one that passed during this
+      -- call (Redis 7.0 reads PTTL by the real clock, clamped at 0, but
+      -- expires keys in a call by its start): a full bucket either way,
+      -- and no time for the other limits, which could be earlier than
+      -- one a PTTL of theirs measured.
+      return FULL, nil
     end
     return ttl - pttl, last + ttl - pttl
   end
@@ -407,6 +412,13 @@ local function take(keys, args)
     if FRESH[i] then
       call('DEL', keys[i])
     end
+  end
+  -- pcall hands a Redis error reply ({err = 'WRONGTYPE ...'}, bad_state's
+  -- 'ERR sluice: ...') over as its text; raised again, Redis would prefix
+  -- 'ERR ' and lose the code the caller classifies (OOM, READONLY: the
+  -- node, not the key). Reply it as it was.
+  if type(reply) == 'string' and string.match(reply, '^%u+ ') then
+    return redis.error_reply(reply)
   end
   error(reply, 0)
 end
