@@ -21,6 +21,7 @@ package redisstore
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -429,7 +430,8 @@ func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]l
 		if l.Alg() != limit.TokenBucket {
 			return outs, fmt.Errorf("reply holds states, but limit %d is %s, not a token bucket", i, l.Alg())
 		}
-		f := math.Float64frombits(le64(states[stateSize*i:]))
+		// The conversion stays on the stack: Uint64 does not keep its slice.
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(states[stateSize*i : stateSize*i+8])))
 		period := l.PeriodMillis()
 		capacity := l.EffectiveBurst() * period
 		left := int64(f)
@@ -440,13 +442,6 @@ func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]l
 			ResetAfter: (capacity - left + l.Count - 1) / l.Count})
 	}
 	return outs, nil
-}
-
-// le64 reads a little-endian uint64 from the first 8 bytes of s.
-func le64(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 // parseReply checks the reply of a take of cost to want tokens for n

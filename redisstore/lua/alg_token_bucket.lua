@@ -52,19 +52,6 @@ local function tb_value(left, ttl, now)
   return spack('<ddd', left, ttl, now or 0)
 end
 
--- tb_fresh returns what a take of want tokens leaves in a bucket that does
--- not exist, a full one: its value and ttl, exactly what the algorithm
--- below computes for it. Only for want <= burst, which a full bucket
--- always gives.
-local function tb_fresh(want, count, period, burst, now)
-  local left = (burst - want) * period
-  local ttl = ceildiv(want * period, count)
-  if ttl < 1 then
-    ttl = 1
-  end
-  return tb_value(left, ttl, now), ttl
-end
-
 -- The token bucket takes what take.lua read for it instead of the key:
 -- stored, the credits stored (false for a bucket that does not exist), and
 -- elapsed, the ms since the take that stored them.
@@ -101,11 +88,13 @@ ALGS['token_bucket'] = function(key, now, cost, count, period, burst, stored, el
   if ttl < 1 then
     ttl = 1
   end
-  local value
-  if test_clock then
-    value = spack('<ddd', left, 0, now)
-  else
-    value = spack('<ddd', left, ttl, now or 0)
-  end
-  return 1, floordiv(left, period), 0, reset, value, ttl
+  return 1, floordiv(left, period), 0, reset, tb_value(left, ttl, now), ttl
+end
+
+-- tb_fresh returns what a take of want tokens leaves in a bucket that does
+-- not exist, a full one: the algorithm's value and ttl for it. Only for
+-- want <= burst, which a full bucket always gives.
+local function tb_fresh(want, count, period, burst, now)
+  local _, _, _, _, value, ttl = ALGS['token_bucket'](nil, now, want, count, period, burst, false, nil)
+  return value, ttl
 end

@@ -231,6 +231,20 @@ local function elapsed_since(key, last, ttl, now)
   return now - last, now
 end
 
+-- write stores value under key for ttl ms: at now + ttl when the call
+-- knows now under Redis's clock, the expiry a token bucket's value then
+-- says (alg_token_bucket.lua), else ttl from now (expire_ms). Numbers as
+-- text formatted here: a number passed to redis.call is printed with
+-- '%.17g', exact but several times dearer than an integer format
+-- (docs/redis.md).
+local function write(key, value, ttl, now)
+  if now and not test_clock then
+    call('SET', key, value, 'PXAT', fmt('%d', now + ttl))
+  else
+    call('PSETEX', key, fmt('%d', expire_ms(ttl)), value)
+  end
+end
+
 -- needs_clock reports whether two or more of the n token buckets of this
 -- call exist, so that a take would write their values (SET NX wrote the
 -- others already): only then does one value that tells the time save the
@@ -307,14 +321,8 @@ local function general(keys, n, r, cost, want, now)
         -- SET NX wrote this value already.
       elseif not LIM[i][5] and type(value) == 'function' then
         value()
-      elseif now and not test_clock then
-        -- At now + ttl, the expiry a token bucket's value says (see
-        -- alg_token_bucket.lua). Numbers as text formatted here: a number
-        -- passed to redis.call is printed with '%.17g', exact but several
-        -- times dearer than an integer format (docs/redis.md).
-        call('SET', keys[i], value, 'PXAT', fmt('%d', now + OUT[6 * i]))
       else
-        call('PSETEX', keys[i], fmt('%d', expire_ms(OUT[6 * i])), value)
+        write(keys[i], value, OUT[6 * i], now)
       end
     end
     if buckets and grant == want then
@@ -385,11 +393,7 @@ local function take(keys, args)
     end
     local allowed, remaining, retry, reset, value, ttl = sp[1](key, at, want, sp[2], sp[3], sp[4], stored, elapsed)
     if allowed == 1 then
-      if at then
-        call('SET', key, value, 'PXAT', fmt('%d', at + ttl))
-      else
-        call('PSETEX', key, fmt('%d', ttl), value)
-      end
+      write(key, value, ttl, at)
       return value
     end
     if want == cost then
