@@ -3,22 +3,44 @@
 // A [Store] wraps any limit.Store (Redis in production) and is itself a
 // limit.Granter. Each node of the shared store has its own circuit breaker
 // when the store can say which node serves a key ([Nodes]); otherwise all
-// keys share one. A call that runs past a short deadline (5 ms) is judged
-// by what the node does, not by how long this process took: a store that
-// watches its connections ([Watcher]) says whether the node owes replies
-// and has sent nothing. Such a node has failed the call; one that is
-// answering means the call is queued in this process, so it waits on, up
-// to a bound (250 ms), and past it the request is shed ([ErrShed], source
-// limit.FromShed) rather than guessed locally. Connection errors count at
-// once; an error about one key's data (limit.ErrBadReply) fails only that
-// request.
+// keys share one.
 //
-// After consecutive failures a node's breaker opens, so that while the node
-// is down no request waits on it; after a pause one probe call decides
-// whether it is back. While a node cannot answer, its keys are limited in
+// # A pause is not an outage
+//
+// A call that runs past a short deadline (Timeout, 5 ms) is judged by what
+// its node does, not by how long this process took: a store that watches
+// its connections ([Watcher]) says whether the node owes replies and has
+// sent nothing. Redis stops answering for tens of milliseconds in normal
+// running (a fork for persistence copies its page tables; a busy host
+// deschedules it), and then answers everything it was sent. So a node is
+// judged down only once it has owed replies and sent nothing for DownAfter:
+// 75 ms by default, more than twice such a pause and still within the
+// 100 ms in which a stopped, killed or cut-off node must be given up. Until
+// then calls wait for the node's answer, and every decision stays shared
+// and exact. A node silent for DownAfter has failed: no number of further
+// calls needs to confirm it, so its breaker opens at once and the calls
+// waiting on it are answered locally. A node that refuses or drops
+// connections (killed, restarting) fails each call at once, and TripAfter
+// (5) such failures in a row open its breaker. A node that is answering
+// means a slow call is queued in this process, so it waits on, up to a
+// bound (MaxQueue, 1 s), and past it the request is shed ([ErrShed],
+// source limit.FromShed) rather than guessed locally. An error about one
+// key's data (limit.ErrBadReply) fails only that request. A store that
+// cannot watch its wire fails each call at Timeout instead, and TripAfter
+// such failures in a row open the breaker.
+//
+// # While a node is down
+//
+// An open breaker answers locally without waiting on the node; after a
+// pause one probe call decides whether it is back. Its keys are limited in
 // this process's memory at its share of each limit (slack / gateways, 2/N
 // by default), so a runaway client stays within about twice its limit
-// across the fleet and normal clients are rarely refused. A limit marked
+// across the fleet and normal clients are rarely refused. A local bucket
+// starts from what the shared store last said about its key: the Store
+// remembers, in a bounded table, the tokens each recently decided key had
+// left, and the local bucket holds the same part of them as of its limit,
+// refilled since. So a key that had spent its tokens does not get a fresh
+// burst on every gateway when the node goes down. A limit marked
 // FailClosed (logins, password resets, SMS) refuses instead, with an error
 // wrapping [ErrUnavailable].
 //
@@ -83,17 +105,21 @@ type Config struct {
 	// Timeout is how long a call may wait on the shared store before the
 	// Store asks whether the call's node is answering. Zero means 5ms: a
 	// Redis call takes well under a millisecond. Past it the call waits on,
-	// checked again every half Timeout, while its node is merely slow or
-	// this process is busy; once the node has owed replies and sent
-	// nothing for DownAfter (Watcher.Stalled), it is down: its breaker
-	// opens at once and its calls are answered locally. A store that is
-	// not a Watcher cannot tell a slow node from a busy process: its calls
-	// fail at Timeout, and TripAfter failures in a row open the breaker.
+	// checked again every half Timeout, while its node is merely slow,
+	// paused or this process is busy; once the node has owed replies and
+	// sent nothing for DownAfter (Watcher.Stalled), it is down: its
+	// breaker opens at once and its calls are answered locally. A store
+	// that is not a Watcher cannot tell a slow node from a busy process:
+	// its calls fail at Timeout, and TripAfter failures in a row open the
+	// breaker.
 	Timeout time.Duration
 	// DownAfter is how long a node that owes replies must stay silent to be
-	// judged down. Zero means three times Timeout (15ms by default): long
-	// enough that a node's hiccup is waited out and decided by the node,
-	// short enough that no client waits long on a frozen one.
+	// judged down. Zero means DefaultDownAfter (75ms) or three times
+	// Timeout, whichever is longer: long enough that a pause of tens of
+	// milliseconds, which Redis takes in normal running, is waited out and
+	// answered by the node; short enough that a node that is really gone
+	// is given up within about 100ms. It must not be below Timeout, when
+	// a call is first looked at.
 	DownAfter time.Duration
 	// MaxQueue is how much longer than Timeout a call may wait while its
 	// node is answering, before the request is shed (ErrShed). Zero means
@@ -150,9 +176,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Defaults of Config's zero fields.
+// Defaults of Config's zero fields. DownAfter's also follows Timeout: see
+// Config.DownAfter.
 const (
 	DefaultTimeout   = 5 * time.Millisecond
+	DefaultDownAfter = 75 * time.Millisecond
 	DefaultMaxQueue  = time.Second
 	DefaultTripAfter = 5
 	DefaultPause     = 2 * time.Second
@@ -167,6 +195,7 @@ type Store struct {
 	remote       limit.Store
 	granter      limit.Granter // remote, when it can grant up to N; else nil
 	local        *memstore.Store
+	words        *lastWords // what the remote last said of each recent key
 	timeout      time.Duration
 	downAfter    time.Duration
 	maxQueue     time.Duration
@@ -220,6 +249,9 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("guard: timeout %v is negative", cfg.Timeout)
 	case cfg.DownAfter < 0:
 		return nil, fmt.Errorf("guard: down after %v is negative", cfg.DownAfter)
+	case cfg.DownAfter > 0 && cfg.DownAfter < cmp.Or(cfg.Timeout, DefaultTimeout):
+		return nil, fmt.Errorf("guard: down after %v is below the timeout %v: a node is judged only once a call has waited the timeout",
+			cfg.DownAfter, cmp.Or(cfg.Timeout, DefaultTimeout))
 	case cfg.MaxQueue < 0:
 		return nil, fmt.Errorf("guard: max queue %v is negative", cfg.MaxQueue)
 	case cfg.TripAfter < 0:
@@ -240,7 +272,7 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		shardOf: cfg.Shard, stalled: cfg.Stalled, now: cfg.Now, onTransition: cfg.OnTransition, log: cfg.Logger,
 		refresh: cfg.Refresh, refreshEvery: cmp.Or(cfg.RefreshEvery, 500*time.Millisecond),
 	}
-	s.downAfter = cmp.Or(cfg.DownAfter, 3*s.timeout)
+	s.downAfter = cmp.Or(cfg.DownAfter, max(DefaultDownAfter, 3*s.timeout))
 	s.granter, _ = remote.(limit.Granter)
 	if n, ok := remote.(Nodes); ok && s.shardOf == nil {
 		s.shardOf = n.Node
@@ -258,6 +290,7 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.local = memstore.New(memstore.Config{Now: s.now})
+	s.words = newLastWords()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -278,6 +311,17 @@ func (s *Store) Close() {
 	if s.stop != nil {
 		s.stop()
 		<-s.done
+	}
+}
+
+// Config returns the settings the Store runs with: the Config it was given,
+// with each zero duration, count and factor replaced by its default and the
+// remote's methods in place of nil funcs. The Registerer is not kept.
+func (s *Store) Config() Config {
+	return Config{
+		Timeout: s.timeout, DownAfter: s.downAfter, MaxQueue: s.maxQueue, TripAfter: s.tripAfter, Pause: s.pause,
+		Slack: s.slack, Gateways: s.gateways, Fleet: s.fleet, Shard: s.shardOf, Refresh: s.refresh,
+		RefreshEvery: s.refreshEvery, Stalled: s.stalled, Now: s.now, OnTransition: s.onTransition, Logger: s.log,
 	}
 }
 
@@ -404,9 +448,15 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		s.record(sh, probe, nil)
 		return 0, limit.Decision{}, fmt.Errorf("guard: shard %q: %w", sh.name, err)
 	}
-	s.record(sh, probe, err)
+	now, to := s.record(sh, probe, err)
 	if err != nil {
 		return s.fallback(sh, req, err)
+	}
+	if to == Closed {
+		// An answer that arrives after its breaker opened is not the
+		// shared store's word on the outage's start: the local bucket may
+		// already be counting from an earlier one.
+		s.words.note(now.UnixMilli(), req, &d)
 	}
 	d.Source = limit.FromRedis
 	return granted, d, nil
@@ -579,8 +629,9 @@ func (s *Store) trip(sh *shard, err error) {
 	}
 }
 
-// record feeds a call's outcome to the shard's breaker and reports a change.
-func (s *Store) record(sh *shard, probe bool, err error) {
+// record feeds a call's outcome to the shard's breaker, reports a change,
+// and returns when it was recorded and the breaker's state after it.
+func (s *Store) record(sh *shard, probe bool, err error) (time.Time, State) {
 	now := s.now()
 	sh.mu.Lock()
 	from, to := sh.b.record(now, probe, err)
@@ -594,6 +645,7 @@ func (s *Store) record(sh *shard, probe bool, err error) {
 	if from != to {
 		s.transitioned(sh, from, to, err)
 	}
+	return now, to
 }
 
 // transitioned reports a change of sh's breaker: metrics, the refresher,
@@ -650,20 +702,48 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 	if sh.fleet == 0 {
 		sh.fleet = s.fleetSize()
 	}
-	gateways := sh.fleet
-	sh.mu.Unlock()
+	part := share(s.slack, sh.fleet)
+	ms := now.UnixMilli()
+	// The word is taken and spent under the shard's lock, so that every
+	// local answer of the key finds its bucket seeded, whichever request
+	// took the word.
+	lw, seeded := s.words.take(req.Key, ms)
+	if !seeded {
+		sh.mu.Unlock()
+	}
 	local := *req
 	local.Limits = make([]limit.Limit, len(req.Limits))
-	part := share(s.slack, gateways)
 	for i := range req.Limits {
 		local.Limits[i] = scale(req.Limits[i], part)
 	}
+	if seeded {
+		s.seed(lw, req, &local, part)
+		sh.mu.Unlock()
+	}
 	// Exactly the cost: batches are for tokens from the shared store, and
 	// a local answer must read as one wherever it is spent.
-	granted, d := s.local.TakeUpToAt(now.UnixMilli(), &local, req.EffectiveCost())
+	granted, d := s.local.TakeUpToAt(ms, &local, req.EffectiveCost())
 	d.Source = limit.FromLocalFallback
 	s.metrics.fallback(limit.FromLocalFallback, d.Allowed)
 	return granted, d, nil
+}
+
+// seed makes the local bucket of the limit lw speaks of hold what the
+// shared store last said it had left, at the local share part: it spends
+// the difference from a full bucket at the time of the word, and the
+// bucket refills from then on. A bucket already counting (from an earlier
+// outage, not yet full again) spends it on top, which errs toward
+// refusing.
+func (s *Store) seed(lw lastWord, req, local *limit.Request, part float64) {
+	for i := range req.Limits {
+		cost := seedCost(lw, &req.Limits[i], &local.Limits[i], part)
+		if cost == 0 {
+			continue
+		}
+		one := limit.Request{Key: req.Key, Cost: cost, Limits: local.Limits[i : i+1]}
+		s.local.TakeAt(lw.at, &one)
+		return
+	}
 }
 
 // fleetSize is the current number of gateways, at least 1.

@@ -401,12 +401,39 @@ func TestNewRejects(t *testing.T) {
 		{"negative pause", remote, guard.Config{Pause: -1}},
 		{"negative slack", remote, guard.Config{Slack: -2}},
 		{"negative fleet", remote, guard.Config{Gateways: -3}},
+		{"down after below the timeout", remote, guard.Config{Timeout: 20 * time.Millisecond, DownAfter: 15 * time.Millisecond}},
+		{"down after below the default timeout", remote, guard.Config{DownAfter: time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := guard.New(tc.remote, tc.cfg); err == nil {
 				t.Error("got no error, want one")
 			}
 		})
+	}
+}
+
+// TestDownAfterFollowsTimeout: a node is judged down after 75 ms of
+// silence, or three timeouts when that is longer, so a longer timeout never
+// leaves the judgement below it.
+func TestDownAfterFollowsTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		timeout, downAfter, want time.Duration
+	}{
+		{0, 0, 75 * time.Millisecond},
+		{20 * time.Millisecond, 0, 75 * time.Millisecond},
+		{50 * time.Millisecond, 0, 150 * time.Millisecond},
+		{100 * time.Millisecond, 0, 300 * time.Millisecond},
+		{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond},
+		{0, time.Second, time.Second},
+	} {
+		s, err := guard.New(newFlaky(time.Now), guard.Config{Timeout: tc.timeout, DownAfter: tc.downAfter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Config().DownAfter; got != tc.want {
+			t.Errorf("timeout %v, down after %v: got %v, want %v", tc.timeout, tc.downAfter, got, tc.want)
+		}
+		s.Close()
 	}
 }
 

@@ -52,6 +52,7 @@ func TestWatchedNode(t *testing.T) {
 	}{
 		{"busy gateway, node answering: wait for its answer", watched{delay: 20 * time.Millisecond}, limit.FromRedis, nil, false},
 		{"slow node, not yet down: wait for its answer", watched{delay: 20 * time.Millisecond, silence: timeout}, limit.FromRedis, nil, false},
+		{"node paused for tens of ms: wait for its answer", watched{delay: 40 * time.Millisecond, silence: 40 * time.Millisecond}, limit.FromRedis, nil, false},
 		{"node silent past DownAfter: down at once", watched{delay: time.Hour, silence: time.Hour}, limit.FromLocalFallback, nil, true},
 		{"queued past MaxQueue while the node answers: shed", watched{delay: time.Hour}, limit.FromShed, guard.ErrShed, false},
 		{"an error about the key's data is not the node's", watched{err: badReply}, "", limit.ErrBadReply, false},

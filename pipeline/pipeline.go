@@ -42,10 +42,11 @@ type Config struct {
 	Redis redisstore.Config
 	// The guard's settings, as guard.Config documents them: when a slow
 	// call's node is checked (Timeout, 5ms), how long a silent node takes
-	// to be judged down (DownAfter, 15ms), how long a call may queue in
-	// this process before it is shed (MaxQueue, 1s), the failures in a row
-	// that open a breaker (TripAfter, 5), how long it stays open (Pause,
-	// 2s), and the local fallback's slack (Slack, 2).
+	// to be judged down (DownAfter: 75ms, or three Timeouts when longer),
+	// how long a call may queue in this process before it is shed
+	// (MaxQueue, 1s), the failures in a row that open a breaker
+	// (TripAfter, 5), how long it stays open (Pause, 2s), and the local
+	// fallback's slack (Slack, 2).
 	Timeout, DownAfter, MaxQueue, Pause time.Duration
 	TripAfter                           int
 	Slack                               float64
@@ -69,12 +70,14 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Defaults are the values Config's zero fields stand for.
+// Defaults are the values Config's zero fields stand for. DownAfter has
+// none of its own: zero follows Timeout (see guard.Config.DownAfter), so
+// that a longer Timeout never leaves it below.
 var Defaults = struct {
-	Timeout, DownAfter, MaxQueue, Pause time.Duration
-	TripAfter                           int
-	Slack                               float64
-}{guard.DefaultTimeout, 3 * guard.DefaultTimeout, guard.DefaultMaxQueue, guard.DefaultPause, guard.DefaultTripAfter, guard.DefaultSlack}
+	Timeout, MaxQueue, Pause time.Duration
+	TripAfter                int
+	Slack                    float64
+}{guard.DefaultTimeout, guard.DefaultMaxQueue, guard.DefaultPause, guard.DefaultTripAfter, guard.DefaultSlack}
 
 // Pipeline is the decision stack: a limit.Store whose Decisions say which
 // layer answered. It is safe for concurrent use; Close releases it.
@@ -82,6 +85,7 @@ type Pipeline struct {
 	top     limit.Store
 	shares  *share.Store      // nil without Config.Shares
 	redis   *redisstore.Store // nil in process
+	guard   *guard.Store      // nil in process
 	closers []func()          // innermost last
 }
 
@@ -146,6 +150,7 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 		p.Close()
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
+	p.guard = g
 	p.top, p.closers = g, append([]func(){g.Close}, p.closers...)
 	if cfg.NoLeases {
 		return p, nil
@@ -168,6 +173,11 @@ func (p *Pipeline) Take(ctx context.Context, req *limit.Request) (limit.Decision
 // pipeline counts in process. It is for operators' tools and tests (keys,
 // nodes); requests go through Take.
 func (p *Pipeline) Redis() *redisstore.Store { return p.redis }
+
+// Guard returns the guard over Redis, or nil when the pipeline counts in
+// process: its Config says the settings in force, defaults filled in, and
+// its Breaker each node's state.
+func (p *Pipeline) Guard() *guard.Store { return p.guard }
 
 // Close stops the layers' background work and closes Redis connections,
 // outermost first, so that nothing still running calls a closed layer.

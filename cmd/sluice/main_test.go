@@ -86,7 +86,7 @@ func TestGatewayFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := gatewayOptions{Listen: "127.0.0.1:8080", ReadTimeout: time.Minute, ShutdownTimeout: defaultShutdownTimeout,
-		Pipeline: pipeline.Config{Timeout: 5 * time.Millisecond, DownAfter: 15 * time.Millisecond, MaxQueue: time.Second, TripAfter: 5, Pause: 2 * time.Second, Slack: 2},
+		Pipeline: pipeline.Config{Timeout: 5 * time.Millisecond, MaxQueue: time.Second, TripAfter: 5, Pause: 2 * time.Second, Slack: 2},
 		Shares:   shareOptions{Interval: 10 * time.Second, Stale: 5 * time.Minute}}
 	if fmt.Sprint(opts) != fmt.Sprint(want) {
 		t.Errorf("defaults %+v, want %+v", opts, want)
