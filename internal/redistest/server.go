@@ -48,6 +48,20 @@ func Standalone(t testing.TB) *Server {
 	return s
 }
 
+// StandaloneWith is Standalone with extra redis-server arguments after the
+// test defaults, for example "--enable-debug-command", "yes" to let a test
+// pause the server with DEBUG SLEEP.
+func StandaloneWith(t testing.TB, args ...string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := startOnFreePort(dir, false, args)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
 // NewStandalone starts a standalone redis-server without a testing.TB, for
 // TestMain. The caller must call stop, which kills the server and removes
 // its directory.

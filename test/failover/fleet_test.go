@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
 )
 
@@ -93,6 +95,9 @@ type gateway struct {
 	redis *counting
 	guard *guard.Store
 	lease *lease.Store // nil: every request goes to the guard
+	// pipe, if set, is a whole pipeline.Pipeline with the production
+	// defaults, which answers instead of the layers above.
+	pipe *pipeline.Pipeline
 
 	mu          sync.Mutex
 	transitions []transition // guarded by mu
@@ -107,6 +112,9 @@ type refresh struct {
 }
 
 func (g *gateway) decide(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	if g.pipe != nil {
+		return g.pipe.Take(ctx, req)
+	}
 	if g.lease != nil {
 		return g.lease.Take(ctx, req)
 	}
@@ -257,23 +265,48 @@ func redisTime(t *testing.T) time.Time {
 		if !n.Running() {
 			continue
 		}
-		v, err := n.Do(t.Context(), "TIME")
-		if err != nil {
-			continue
+		if at, ok := serverTime(t, n); ok {
+			return at
 		}
-		parts, ok := v.([]any)
-		if !ok || len(parts) != 2 {
-			t.Fatalf("TIME replied %v, want [seconds microseconds]", v)
-		}
-		sec, err1 := strconv.ParseInt(fmt.Sprint(parts[0]), 10, 64)
-		usec, err2 := strconv.ParseInt(fmt.Sprint(parts[1]), 10, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("TIME replied %v, want two integers", v)
-		}
-		return time.Unix(sec, usec*1000)
 	}
 	t.Fatal("TIME: no node is running")
 	return time.Time{}
+}
+
+// serverTime reads n's clock (TIME), and false if n does not answer.
+func serverTime(t *testing.T, n *redistest.Server) (time.Time, bool) {
+	t.Helper()
+	v, err := n.Do(t.Context(), "TIME")
+	if err != nil {
+		return time.Time{}, false
+	}
+	parts, ok := v.([]any)
+	if !ok || len(parts) != 2 {
+		t.Fatalf("TIME replied %v, want [seconds microseconds]", v)
+	}
+	sec, err1 := strconv.ParseInt(fmt.Sprint(parts[0]), 10, 64)
+	usec, err2 := strconv.ParseInt(fmt.Sprint(parts[1]), 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("TIME replied %v, want two integers", v)
+	}
+	return time.Unix(sec, usec*1000), true
+}
+
+// pipelineFleet starts n gateways' decision stacks over the standalone
+// server srv, as cmd/sluice builds them with default flags and --gateways
+// n, and closes them when the test ends.
+func pipelineFleet(t *testing.T, srv *redistest.Server, n int) []*gateway {
+	t.Helper()
+	var fleet []*gateway
+	for i := range n {
+		p, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		fleet = append(fleet, &gateway{id: i, pipe: p, guard: p.Guard()})
+	}
+	return fleet
 }
 
 // keyOn returns a request key starting with prefix whose slot the primary
