@@ -50,11 +50,17 @@ type Config struct {
 	Timeout, DownAfter, MaxQueue, Pause time.Duration
 	TripAfter                           int
 	Slack                               float64
-	// Gateways is the fleet size until Fleet knows it. Zero means 1, with
-	// a warning: leases and outage shares are then sized for one gateway.
+	// Gateways is the fleet size until Fleet knows it. With neither, the
+	// gateways count themselves through Redis: each writes an entry to one
+	// shared log (key "sluice:fleet") every second, and the live entries
+	// say how many share the Redis, gone ones dropping out within 3 s.
+	// Until Redis has answered once, the size is 1 (leases and outage
+	// shares sized for one gateway), with a warning. Give every gateway of
+	// a fleet the same setting: a gateway told its size does not write to
+	// the log.
 	Gateways int
 	// Fleet, if set, reports the current fleet size (the rules service's
-	// count); below 1 means unknown.
+	// count); below 1 means unknown, and Gateways is used.
 	Fleet func() int
 	// NoLeases checks every request in Redis: no leases, no refusal cache.
 	NoLeases bool
@@ -130,10 +136,6 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	if cfg.Gateways < 0 {
 		return nil, fmt.Errorf("pipeline: %d gateways: must not be negative", cfg.Gateways)
 	}
-	if cfg.Fleet == nil && cfg.Gateways == 0 {
-		log.LogAttrs(ctx, slog.LevelWarn, "fleet size not given: leases and outage limits are sized for one gateway, "+
-			"so during a Redis outage every gateway allows twice each whole limit; pass --gateways N or follow the rules service (--rules-url)")
-	}
 	if cfg.Redis.Logger == nil {
 		cfg.Redis.Logger = log
 	}
@@ -142,6 +144,14 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{redis: rs, closers: []func(){rs.Close}}
+	if cfg.Fleet == nil && cfg.Gateways == 0 {
+		c := startCensus(ctx, rs, log)
+		cfg.Fleet, p.closers = c.fleet, append([]func(){c.close}, p.closers...)
+		if c.fleet() == 0 {
+			log.LogAttrs(ctx, slog.LevelWarn, "fleet size not given and not yet counted through Redis: until it is, leases and outage limits "+
+				"are sized for one gateway; pass --gateways N or follow the rules service (--rules-url)")
+		}
+	}
 	g, err := guard.New(rs, guard.Config{
 		Timeout: cfg.Timeout, DownAfter: cfg.DownAfter, MaxQueue: cfg.MaxQueue, TripAfter: cfg.TripAfter, Pause: cfg.Pause, Slack: cfg.Slack,
 		Gateways: cfg.Gateways, Fleet: cfg.Fleet, Logger: log, Registerer: cfg.Registerer,

@@ -108,28 +108,64 @@ func TestLayers(t *testing.T) {
 	}
 }
 
-func TestWarnsWithoutFleetSize(t *testing.T) {
+// TestFleetCountsItself: gateways told no fleet size count the ones that
+// share their Redis, for their leases and their local limits during an
+// outage, and notice one that stops. A gateway told its size, by
+// --gateways or the rules service, takes that and writes nothing.
+func TestFleetCountsItself(t *testing.T) {
 	srv := redistest.Standalone(t)
-	for _, tc := range []struct {
-		name string
-		cfg  pipeline.Config
-		warn bool
-	}{
-		{"no size", pipeline.Config{}, true},
-		{"--gateways", pipeline.Config{Gateways: 3}, false},
-		{"rules service", pipeline.Config{Fleet: func() int { return 3 }}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var logs bytes.Buffer
-			tc.cfg.Redis = redisstore.Config{Addrs: []string{srv.Addr()}}
-			tc.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			newPipeline(t, tc.cfg)
-			if got := strings.Contains(logs.String(), "fleet size not given"); got != tc.warn {
-				t.Errorf("warned %v, want %v; logs:\n%s", got, tc.warn, logs.String())
-			}
-		})
+	redis := redisstore.Config{Addrs: []string{srv.Addr()}}
+	fleetOf := func(p *pipeline.Pipeline) int {
+		if f := p.Guard().Config().Fleet; f != nil {
+			return f()
+		}
+		return 0
 	}
-	if _, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: -1}); err == nil {
+	var logs bytes.Buffer
+	first := newPipeline(t, pipeline.Config{Redis: redis, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if got := fleetOf(first); got != 1 {
+		t.Errorf("one gateway, counted at start: fleet %d, want 1", got)
+	}
+	if strings.Contains(logs.String(), "fleet size not given") {
+		t.Errorf("warned of no fleet size with the count at hand:\n%s", logs.String())
+	}
+	told := newPipeline(t, pipeline.Config{Redis: redis, Gateways: 5})
+	followed := newPipeline(t, pipeline.Config{Redis: redis, Fleet: func() int { return 7 }})
+	second, err := pipeline.New(t.Context(), pipeline.Config{Redis: redis})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	third := newPipeline(t, pipeline.Config{Redis: redis})
+	counting := []*pipeline.Pipeline{first, second, third}
+	until := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var got []int
+			agree := true
+			for _, p := range counting {
+				got = append(got, fleetOf(p))
+				agree = agree && got[len(got)-1] == want
+			}
+			if agree {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fleets %v after 10 s, want %d each", got, want)
+			}
+		}
+	}
+	until(3)
+	counting = []*pipeline.Pipeline{first, third}
+	second.Close()
+	until(2)
+	if got := told.Guard().Config().Gateways; got != 5 {
+		t.Errorf("--gateways 5: fleet %d, want 5", got)
+	}
+	if got := fleetOf(followed); got != 7 {
+		t.Errorf("following the rules service: fleet %d, want its 7", got)
+	}
+	if _, err := pipeline.New(t.Context(), pipeline.Config{Redis: redis, Gateways: -1}); err == nil {
 		t.Error("-1 gateways accepted")
 	}
 }

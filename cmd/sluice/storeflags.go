@@ -11,7 +11,8 @@ import (
 // fills cfg from them. --redis itself is registered by each command.
 func addPipelineFlags(fs *flag.FlagSet, cfg *pipeline.Config) {
 	d := pipeline.Defaults
-	fs.IntVar(&cfg.Gateways, "gateways", 0, "`number` of gateways in the fleet (in this region), for leases and the local fallback, until the rules service reports it; 0 means 1, with a warning")
+	fs.IntVar(&cfg.Gateways, "gateways", 0, "`number` of gateways in the fleet (in this region), for leases and the local fallback, until the rules service reports it; "+
+		"0 means counted through Redis: each gateway writes an entry to one shared log (key sluice:fleet) every second, and the live entries give the count (1 until Redis first answers)")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", d.Timeout, "how long a Redis call may take before its node is checked; past it the call waits while the node answers or is merely slow")
 	fs.DurationVar(&cfg.DownAfter, "redis-down-after", 0, "how long a Redis node that owes replies must send nothing to be judged down: its breaker opens and its keys are limited locally; "+
 		"shorter silences (a pause of tens of ms) are waited out. 0 means 75ms, or three times --redis-timeout when that is longer; at least --redis-timeout")
