@@ -703,22 +703,15 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 		sh.fleet = s.fleetSize()
 	}
 	part := share(s.slack, sh.fleet)
-	ms := now.UnixMilli()
-	// The word is taken and spent under the shard's lock, so that every
-	// local answer of the key finds its bucket seeded, whichever request
-	// took the word.
-	lw, seeded := s.words.take(req.Key, ms)
-	if !seeded {
-		sh.mu.Unlock()
-	}
+	sh.mu.Unlock()
 	local := *req
 	local.Limits = make([]limit.Limit, len(req.Limits))
 	for i := range req.Limits {
 		local.Limits[i] = scale(req.Limits[i], part)
 	}
-	if seeded {
+	ms := now.UnixMilli()
+	if lw, ok := s.words.take(req.Key, ms); ok {
 		s.seed(lw, req, &local, part)
-		sh.mu.Unlock()
 	}
 	// Exactly the cost: batches are for tokens from the shared store, and
 	// a local answer must read as one wherever it is spent.
@@ -731,17 +724,21 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 // seed makes the local bucket of the limit lw speaks of hold what the
 // shared store last said it had left, at the local share part: it spends
 // the difference from a full bucket at the time of the word, and the
-// bucket refills from then on. A bucket already counting (from an earlier
-// outage, not yet full again) spends it on top, which errs toward
-// refusing.
+// bucket refills from then on. It spends what it can: a bucket already
+// counting (from an earlier outage, not yet full again) gives up the
+// difference on top, which errs toward refusing, and a request of the
+// same key answered at the same moment by another goroutine, which found
+// the word already taken, may have spent a token of the full bucket
+// first: the key's first moment of an outage can admit one request more
+// per request then in flight.
 func (s *Store) seed(lw lastWord, req, local *limit.Request, part float64) {
 	for i := range req.Limits {
 		cost := seedCost(lw, &req.Limits[i], &local.Limits[i], part)
 		if cost == 0 {
 			continue
 		}
-		one := limit.Request{Key: req.Key, Cost: cost, Limits: local.Limits[i : i+1]}
-		s.local.TakeAt(lw.at, &one)
+		one := limit.Request{Key: req.Key, Limits: local.Limits[i : i+1]}
+		s.local.TakeUpToAt(lw.at, &one, cost)
 		return
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluice-rl/sluice/limit"
 )
@@ -35,6 +36,10 @@ type lastWords struct {
 type lastStripe struct {
 	mu    sync.Mutex
 	words [lastWays]lastWord // guarded by mu
+	// held says which places hold a word, so that the local fallback,
+	// which asks on every answer, takes no lock once its key's word is
+	// spent. Written under mu.
+	held [lastWays]atomic.Bool
 }
 
 // lastWord is what the shared store last said about one limit of key.
@@ -63,6 +68,9 @@ func (w *lastWords) note(now int64, req *limit.Request, d *limit.Decision) {
 	st, i := w.place(req.Key)
 	st.mu.Lock()
 	st.words[i] = lastWord{key: req.Key, name: l.Name, burst: l.EffectiveBurst(), remaining: d.Remaining, at: now}
+	if !st.held[i].Load() {
+		st.held[i].Store(true)
+	}
 	st.mu.Unlock()
 }
 
@@ -70,6 +78,9 @@ func (w *lastWords) note(now int64, req *limit.Request, d *limit.Decision) {
 // now: each word seeds one local bucket once.
 func (w *lastWords) take(key string, now int64) (lastWord, bool) {
 	st, i := w.place(key)
+	if !st.held[i].Load() {
+		return lastWord{}, false
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	lw := st.words[i]
@@ -77,6 +88,7 @@ func (w *lastWords) take(key string, now int64) (lastWord, bool) {
 		return lastWord{}, false
 	}
 	st.words[i] = lastWord{}
+	st.held[i].Store(false)
 	return lw, true
 }
 
