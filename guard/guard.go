@@ -217,6 +217,10 @@ type Store struct {
 	stop         context.CancelFunc // ends the refresher; nil without one
 	done         chan struct{}      // closed when the refresher has ended
 
+	// dogs holds watchdogs (and their timers) of calls that ended before
+	// their first look, for reuse.
+	dogs sync.Pool
+
 	// shards maps a shard's name to its *shard. It never shrinks: one
 	// entry per node ever seen. A sync.Map, so requests to different nodes
 	// never wait on each other's lock.
@@ -492,10 +496,7 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	node := sh.name
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &watchdog{s: s, sh: sh, start: time.Now(), cancel: cancel}
-	t := time.AfterFunc(time.Duration(math.MaxInt64), w.fire)
-	w.timer.Store(t)
-	w.arm(s.timeout)
+	w := s.watchdog(sh, cancel)
 
 	var (
 		granted int64
@@ -511,10 +512,17 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 		granted, d, err = s.granter.TakeUpTo(cctx, req, want)
 	}
 	w.done.Store(true)
-	t.Stop()
+	stopped := w.timer.Load().Stop()
+	began := w.start
 	if w.waited.Load() {
-		s.metrics.queued(time.Since(w.start))
+		s.metrics.queued(time.Since(began))
 	}
+	if stopped && !w.fired.Load() {
+		// The watchdog never looked, and never will: the next call may
+		// have it.
+		s.dogs.Put(w)
+	}
+	w = nil
 	if err == nil {
 		return granted, d, nil, ok
 	}
@@ -522,7 +530,7 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	case errors.Is(cause, errDeadline):
 		return 0, d, fmt.Errorf("no answer in %v: %w (%w)", s.timeout, errDeadline, err), ok
 	case errors.Is(cause, errDown):
-		return 0, d, fmt.Errorf("guard: node %q down after %v: %w", node, time.Since(w.start).Round(time.Millisecond), errDown), down
+		return 0, d, fmt.Errorf("guard: node %q down after %v: %w", node, time.Since(began).Round(time.Millisecond), errDown), down
 	case errors.Is(cause, errQueued):
 		return 0, d, err, shed
 	case errors.Is(ctx.Err(), context.Canceled):
@@ -534,7 +542,7 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 		// answering kept it waiting: that counts against the node, or a
 		// caller deadline shorter than Timeout would keep a hung node's
 		// breaker closed forever. One that is answering did not.
-		if s.stalled != nil && !s.stalled(node, min(s.downAfter, time.Since(w.start))) {
+		if s.stalled != nil && !s.stalled(node, min(s.downAfter, time.Since(began))) {
 			return 0, d, err, shed
 		}
 		return 0, d, err, ok
@@ -559,6 +567,24 @@ type watchdog struct {
 	due    atomic.Int64               // when the timer should fire, as time.Since(start)
 	done   atomic.Bool                // the call has returned
 	waited atomic.Bool                // the call ran past Timeout with its node answering
+	fired  atomic.Bool                // fire has run for this call
+}
+
+// watchdog returns a watchdog for a call to sh that cancel ends, armed for
+// Timeout. A call that ends before Timeout, as almost every call does,
+// returns it to the Store's pool with its timer, so a healthy node's calls
+// allocate neither.
+func (s *Store) watchdog(sh *shard, cancel context.CancelCauseFunc) *watchdog {
+	w, _ := s.dogs.Get().(*watchdog)
+	if w == nil {
+		w = &watchdog{s: s}
+		w.timer.Store(time.AfterFunc(time.Duration(math.MaxInt64), w.fire))
+	}
+	w.sh, w.start, w.cancel = sh, time.Now(), cancel
+	w.done.Store(false)
+	w.waited.Store(false)
+	w.arm(s.timeout)
+	return w
 }
 
 // arm sets the timer to fire after d.
@@ -570,6 +596,7 @@ func (w *watchdog) arm(d time.Duration) {
 // fire runs when the call has waited Timeout, and again every half
 // Timeout while it waits.
 func (w *watchdog) fire() {
+	w.fired.Store(true)
 	if w.done.Load() {
 		return
 	}
