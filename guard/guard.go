@@ -519,7 +519,10 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	}
 	if stopped && !w.fired.Load() {
 		// The watchdog never looked, and never will: the next call may
-		// have it.
+		// have it. (A watchdog that is reused and then fires reads the
+		// fields set for its new call: watchdog sets them before
+		// storing done, which fire loads first.)
+		w.sh, w.cancel = nil, nil
 		s.dogs.Put(w)
 	}
 	w = nil
