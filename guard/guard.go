@@ -530,6 +530,12 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 		return granted, d, nil, ok
 	}
 	switch cause := context.Cause(cctx); {
+	case errors.Is(err, limit.ErrInvalid):
+		// Refused before any I/O: nothing is known about the node, even
+		// when the watchdog fired before this goroutine ran again.
+		return 0, d, err, invalid
+	case errors.Is(err, limit.ErrBadReply):
+		return 0, d, err, answered
 	case errors.Is(cause, errDeadline):
 		return 0, d, fmt.Errorf("no answer in %v: %w (%w)", s.timeout, errDeadline, err), ok
 	case errors.Is(cause, errDown):
@@ -549,11 +555,6 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 			return 0, d, err, shed
 		}
 		return 0, d, err, ok
-	case errors.Is(err, limit.ErrInvalid):
-		// Refused before any I/O: nothing is known about the node.
-		return 0, d, err, invalid
-	case errors.Is(err, limit.ErrBadReply):
-		return 0, d, err, answered
 	}
 	return 0, d, err, ok
 }
