@@ -37,8 +37,15 @@ func hotLoad(fleet []*gateway, req *limit.Request) []stream {
 // pause is not an outage: every decision stays shared (Redis, a lease or
 // the refusal cache, never a local guess), no breaker opens, and the fleet
 // admits at most 1% over what the key allows.
+//
+// The server runs ahead of the other tests sharing the machine, as on a
+// machine of its own: descheduled for another 45 ms after a pause, it would
+// be silent for the 75 ms that make a node down.
 func TestPausedRedisKeepsSharedLimits(t *testing.T) {
 	srv := redistest.StandaloneWith(t, "--enable-debug-command", "yes")
+	if err := srv.Favour(); err != nil {
+		t.Logf("redis-server runs at equal priority: %v", err)
+	}
 	fleet := pipelineFleet(t, srv, 3)
 	req := hotKey("paused")
 	begin, _ := serverTime(t, srv)
@@ -112,7 +119,8 @@ func TestPausedRedisKeepsSharedLimits(t *testing.T) {
 // default settings. Every breaker opens within about 100 ms; the hot key is
 // then limited locally at twice its limit across the fleet, counted from
 // what Redis last said it had left, not from full local buckets; the login
-// is refused and never guessed.
+// is refused and never guessed. The server runs ahead of other tests, as in
+// TestPausedRedisKeepsSharedLimits, so that it is healthy until stopped.
 func TestRedisDownGoesLocal(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -123,6 +131,9 @@ func TestRedisDownGoesLocal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Standalone(t)
+			if err := srv.Favour(); err != nil {
+				t.Logf("redis-server runs at equal priority: %v", err)
+			}
 			t.Cleanup(func() { srv.Cont() }) // before the fleet's Close
 			fleet := pipelineFleet(t, srv, 3)
 			hot := hotKey(tc.name)
