@@ -135,3 +135,37 @@ func Health(src RuleSource) http.Handler {
 		json.NewEncoder(w).Encode(body)
 	})
 }
+
+// readyTimeout bounds one readiness check's look at the shared store.
+const readyTimeout = time.Second
+
+// Ready returns a handler for readiness checks (/readyz): 200
+// {"status":"ready"} while down reports nothing, else 503
+// {"status":"degraded","down":[...]} naming what down reports, the shared
+// store's nodes that do not answer (pipeline.Pipeline.Down). A degraded
+// gateway still serves, from its local limits (fail-closed limits
+// refuse); this tells a load balancer or an operator so. Health stays the
+// liveness check. down is called with the request's context, bounded by a
+// second; nil down is always ready.
+func Ready(down func(ctx context.Context) []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Status string   `json:"status"`
+			Down   []string `json:"down,omitempty"`
+		}
+		body.Status = "ready"
+		status := http.StatusOK
+		if down != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			body.Down = down(ctx)
+			cancel()
+		}
+		if len(body.Down) > 0 {
+			body.Status, status = "degraded", http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(body)
+	})
+}
