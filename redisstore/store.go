@@ -319,8 +319,8 @@ type scratch struct {
 
 // build fills keys and args for a take of cost to want tokens (see
 // lua/take.lua for the layout): a key per limit, then one argument,
-// "<cost> <want>;<limit>;<limit>...", and now in ms when it is not 0 (a
-// test clock).
+// "<cost> <want>;<limit>;<limit>...", a shadow limit ending in " shadow",
+// and now in ms when it is not 0 (a test clock).
 func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 	b, ends := sc.buf[:0], sc.ends[:0]
 	for i := range req.Limits {
@@ -340,6 +340,9 @@ func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 		b = strconv.AppendInt(b, l.PeriodMillis(), 10)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
+		if l.Shadow {
+			b = append(b, " shadow"...)
+		}
 	}
 	ends = append(ends, len(b))
 	if now != 0 {
@@ -438,14 +441,14 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 		} else {
 			var msgs []rueidis.RedisMessage
 			if msgs, err = msg.ToArray(); err == nil {
-				granted, sc.outs, err = parseReply(sc.outs[:0], msgs, len(req.Limits), cost, want)
+				granted, sc.outs, err = parseReply(sc.outs[:0], msgs, req.Limits, cost, want)
 			}
 		}
 	}
 	if err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), ErrReply, err)
 	}
-	d := limit.Decide(sc.outs)
+	d := limit.DecideRequest(sc.outs, req.Limits)
 	d.Source = limit.FromRedis
 	return granted, d, nil
 }
@@ -483,10 +486,12 @@ func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]l
 	return outs, nil
 }
 
-// parseReply checks the reply of a take of cost to want tokens for n
-// limits (see lua/take.lua) and converts it, so that limit.Decide combines
-// it as it does for every store. It returns the tokens granted.
-func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int, cost, want int64) (int64, []limit.Outcome, error) {
+// parseReply checks the reply of a take of cost to want tokens for limits
+// (see lua/take.lua) and converts it, so that limit.DecideRequest combines
+// it as it does for every store. It returns the tokens granted, which the
+// enforced limits alone decide.
+func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, limits []limit.Limit, cost, want int64) (int64, []limit.Outcome, error) {
+	n := len(limits)
 	if len(msgs) != 1+4*n {
 		return 0, outs, fmt.Errorf("reply has %d elements, want %d for %d limits", len(msgs), 1+4*n, n)
 	}
@@ -511,11 +516,11 @@ func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int, cost, 
 		case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
 			return 0, outs, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
 		}
-		allowedAll = allowedAll && allowed == 1
+		allowedAll = allowedAll && (allowed == 1 || limits[i].Shadow)
 		outs = append(outs, limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset})
 	}
 	if allowedAll && (granted < cost || granted > want) || !allowedAll && granted != 0 {
-		return 0, outs, fmt.Errorf("reply grants %d tokens (all limits allowed: %v) for a take of %d to %d", granted, allowedAll, cost, want)
+		return 0, outs, fmt.Errorf("reply grants %d tokens (all enforced limits allowed: %v) for a take of %d to %d", granted, allowedAll, cost, want)
 	}
 	return granted, outs, nil
 }
