@@ -164,6 +164,9 @@ func BenchmarkTakeShadow(b *testing.B) {
 	}
 	for _, mode := range []string{"serial", "parallel"} {
 		b.Run(mode, func(b *testing.B) {
+			resetStats(b, targets[0])
+			startCPU = readStats(b).cpu
+			defer reportRequestCost(b)
 			runLatency(b, mode == "parallel", func(ctx context.Context, key int) error {
 				req := limit.Request{Key: keys[key], Limits: limits}
 				_, err := s.Take(ctx, &req)
@@ -172,3 +175,15 @@ func BenchmarkTakeShadow(b *testing.B) {
 		})
 	}
 }
+
+// reportRequestCost reports what the standalone server counted per op
+// since resetStats: take calls (FCALL, EVALSHA) and their µs.
+func reportRequestCost(b *testing.B) {
+	st := readStats(b)
+	b.ReportMetric(st.calls/float64(b.N), "calls/op")
+	b.ReportMetric(st.usec/float64(b.N), "redis-µs/op")
+	b.ReportMetric((st.cpu-startCPU)/float64(b.N), "redis-cpu-µs/op")
+}
+
+// startCPU is the server's used CPU µs when the running benchmark began.
+var startCPU float64

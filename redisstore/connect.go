@@ -115,7 +115,7 @@ func (s *Store) connect(ctx context.Context) error {
 	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return fmt.Errorf("redisstore: ping %v: %w", s.seeds, s.connectError(err))
+		return s.connectError(fmt.Errorf("ping: %w", err))
 	}
 	l := &link{client: c}
 	if err := s.readNodes(ctx, l); err != nil {
@@ -279,53 +279,73 @@ func handshakeError(ctx context.Context, addr string, dialer *net.Dialer, err er
 // plaintextRedis reports whether addr answers a plaintext PING as Redis
 // does (+PONG, or an error such as -NOAUTH), within the dialer's timeout.
 func plaintextRedis(addr string, dialer *net.Dialer) bool {
-	b, err := ping(addr, dialer, nil)
-	return err == nil && (b == '+' || b == '-')
-}
-
-// ping sends PING to addr, over TLS with cfg when it is set, and returns
-// the first byte of the answer, all within the dialer's timeout.
-func ping(addr string, dialer *net.Dialer, cfg *tls.Config) (byte, error) {
-	timeout := dialer.Timeout
-	if timeout <= 0 {
-		timeout = defaultDialTimeout
-	}
-	c, err := net.DialTimeout("tcp", addr, timeout)
+	c, err := net.DialTimeout("tcp", addr, dialTimeout(dialer))
 	if err != nil {
-		return 0, err
+		return false
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(timeout))
-	if cfg != nil {
-		if cfg.ServerName == "" {
-			host, _, _ := net.SplitHostPort(addr)
-			cfg = cfg.Clone()
-			cfg.ServerName = host
-		}
-		c = tls.Client(c, cfg)
-	}
+	c.SetDeadline(time.Now().Add(dialTimeout(dialer)))
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return 0, err
+		return false
 	}
 	var b [1]byte
 	if _, err := c.Read(b[:]); err != nil {
-		return 0, err
+		return false
 	}
-	return b[0], nil
+	return b[0] == '+' || b[0] == '-'
+}
+
+// dialTimeout is the dialer's timeout, or the default.
+func dialTimeout(dialer *net.Dialer) time.Duration {
+	if dialer.Timeout <= 0 {
+		return defaultDialTimeout
+	}
+	return dialer.Timeout
+}
+
+// alertWait is how long tlsAlert listens after the handshake for a server
+// that ends the session: an alert comes within a round trip.
+const alertWait = 500 * time.Millisecond
+
+// tlsAlert completes a TLS handshake with addr and listens, sending
+// nothing, for an alert the server ends the session with. It returns the
+// handshake's or the read's error: a timeout when the server kept the
+// session.
+func tlsAlert(addr string, dialer *net.Dialer, cfg *tls.Config) error {
+	c, err := net.DialTimeout("tcp", addr, dialTimeout(dialer))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if cfg.ServerName == "" {
+		host, _, _ := net.SplitHostPort(addr)
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
+	tc := tls.Client(c, cfg)
+	tc.SetDeadline(time.Now().Add(dialTimeout(dialer)))
+	if err := tc.Handshake(); err != nil {
+		return err
+	}
+	tc.SetReadDeadline(time.Now().Add(alertWait))
+	var b [1]byte
+	_, err = tc.Read(b[:])
+	return err
 }
 
 // tlsRefused looks, when the store's first attempt failed as an outage,
 // for a server that ends TLS sessions it does not accept after the
 // handshake: under TLS 1.3 a server that requires a client certificate
 // says so with an alert after the client's side of the handshake is done,
-// so the client sees only its first write reset. A PING over TLS reads
-// the alert. It returns a *tlsError for the first seed that sends one.
+// so the client sees only its first write reset. Listening after the
+// handshake reads the alert. It returns a *tlsError for the first seed that
+// sends one.
 func (s *Store) tlsRefused() error {
 	if s.opt.TLSConfig == nil {
 		return nil
 	}
 	for _, addr := range s.seeds {
-		_, err := ping(addr, &s.opt.Dialer, s.opt.TLSConfig)
+		err := tlsAlert(addr, &s.opt.Dialer, s.opt.TLSConfig)
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "remote error" {
 			return fmt.Errorf("redisstore: %w", &tlsError{addr, err})
