@@ -57,24 +57,6 @@ func TestStartsWhileRedisIsDown(t *testing.T) {
 	}
 }
 
-// TestClusterSeedsDownAtStart starts a store on the seeds of a cluster that
-// is not there: every key is on one unknown node, named by the seeds.
-func TestClusterSeedsDownAtStart(t *testing.T) {
-	a, b := redistest.Standalone(t), redistest.Standalone(t)
-	a.Kill()
-	b.Kill()
-	s := newStore(t, redisstore.Config{Addrs: []string{a.Addr(), b.Addr()}})
-	want := a.Addr() + "," + b.Addr()
-	for _, key := range []string{"k:1", "k:2", "ip:203.0.113.7"} {
-		if got := s.Node(key); got != want {
-			t.Errorf("Node(%q): got %q, want %q", key, got, want)
-		}
-	}
-	if got := s.Down(t.Context()); len(got) != 1 || got[0] != want {
-		t.Errorf("Down: got %v, want [%s]", got, want)
-	}
-}
-
 // TestTLSToPlaintextPort points TLS at a plaintext Redis port: New fails
 // with an error naming the address and the problem, rather than hanging in
 // the handshake or starting as if Redis were down.
@@ -162,5 +144,58 @@ func TestNewHonoursCancel(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want context.Canceled", err)
+	}
+}
+
+// TestClusterDownAtStart starts a store on the seeds of a Redis Cluster
+// whose nodes are all down: every key is on one unknown node, named by the
+// seeds, until the cluster is back; then the store reads the slot map and
+// takes reach each key's own primary.
+func TestClusterDownAtStart(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	nodes := c.Nodes()
+	for _, n := range nodes {
+		n.Kill()
+	}
+	s := newStore(t, redisstore.Config{Addrs: c.Addrs()})
+	unknown := strings.Join(c.Addrs(), ",")
+	req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{perSecond("s", 1, 5)}}
+	if got := s.Node(req.Key); got != unknown {
+		t.Errorf("Node while the cluster is down: got %q, want %q", got, unknown)
+	}
+	if got := s.Down(t.Context()); len(got) != 1 || got[0] != unknown {
+		t.Errorf("Down while the cluster is down: got %v, want [%s]", got, unknown)
+	}
+	if _, err := s.Take(t.Context(), req); !errors.Is(err, redisstore.ErrUnavailable) {
+		t.Fatalf("Take while the cluster is down: got %v, want ErrUnavailable", err)
+	}
+	for _, n := range nodes {
+		if err := n.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, err := s.Take(t.Context(), req)
+		if err == nil && d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing 30s after the cluster came back: %+v, %v", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !s.Cluster() {
+		t.Error("Cluster() after connecting: false, want true")
+	}
+	owner, err := c.NodeForKey(t.Context(), s.RedisKey(req.Key, &req.Limits[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Node(req.Key); got != owner.Addr() {
+		t.Errorf("Node once connected: got %q, want the key's primary %s", got, owner.Addr())
+	}
+	if got := s.Down(t.Context()); len(got) != 0 {
+		t.Errorf("Down once the cluster is back: got %v, want none", got)
 	}
 }
