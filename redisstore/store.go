@@ -167,8 +167,8 @@ var _ limit.Store = (*Store)(nil)
 // ctx ends first. A Redis that cannot be reached (refused, silent, no
 // route) is an outage, not an error: New returns a Store whose takes fail
 // fast with ErrUnavailable, which the guard answers locally, while it
-// connects in the background (see connect.go) until Redis answers; Ready
-// reports it. Every step of a connection attempt has a deadline:
+// connects in the background (see connect.go) until Redis answers;
+// Connected and Down report it. Every step of a connection attempt has a deadline:
 // DialTimeout bounds the TCP connect, the TLS handshake and HELLO/AUTH,
 // ConnTimeout each later reply (PING, CLUSTER SLOTS).
 func New(ctx context.Context, cfg Config) (*Store, error) {
