@@ -296,6 +296,23 @@ func BenchmarkMiddleware(b *testing.B) {
 	// whose header map is reused: the limiter's own cost per request, two
 	// limits on the in-process store, without the test recorder's.
 	b.Run("check", func(b *testing.B) { checkLoop(b, lim, newReq(0)) })
+	// The same with a shadow rule tried out beside them: its limit is
+	// checked in the same store call as the enforced ones.
+	b.Run("check-shadow", func(b *testing.B) {
+		shadowed, err := rules.Parse("shadow.yaml", []byte(benchRules+`
+  - scope: default
+    mode: shadow
+    limits: [{name: s, rate: 500000, per: 1s}]
+`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lim, err := gateway.New(gateway.Config{Rules: gateway.StaticRules(shadowed)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		checkLoop(b, lim, newReq(0))
+	})
 	b.Run("serial", func(b *testing.B) {
 		r := newReq(0)
 		b.ReportAllocs()

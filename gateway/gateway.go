@@ -67,9 +67,10 @@ type Config struct {
 	// Timeout bounds each store call. Zero means no bound beyond the
 	// request's own context.
 	Timeout time.Duration
-	// OnDecision, if set, is called after every store call, enforced and
-	// shadow. The two calls of one request may run concurrently. It must
-	// not block and must not keep the Event's slices.
+	// OnDecision, if set, is called after every store call: once for the
+	// request's enforced limits and, when it has shadow limits, once more
+	// for them (Event.Shadow), both from the request's one store call. It
+	// must not block and must not keep the Event's slices.
 	OnDecision func(Event)
 }
 
@@ -78,11 +79,14 @@ type Event struct {
 	// Request is the request being limited.
 	Request *http.Request
 	// Key is the store key: "k:" and the API key, or "ip:" and the client
-	// address, after "shadow:" for shadow limits.
+	// address; shadow limits are under the same key.
 	Key string
 	// Endpoint is the matched endpoint's name, empty when none matched.
 	Endpoint string
-	// Shadow is true for the check of shadow-mode limits.
+	// Shadow is true for the check of shadow-mode limits: Limits and Rules
+	// are the shadow ones, and Decision says what they would have done
+	// (its Index a position in Limits). Duration is zero: it is the
+	// enforced event's call.
 	Shadow bool
 	// Limits are the limits checked, and Rules the rules they came from.
 	Limits []limit.Limit
@@ -190,7 +194,14 @@ func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 
 // requests recycles the limit.Request of each check: a store takes it by
 // pointer, so it would otherwise be allocated on every request.
-var requests = sync.Pool{New: func() any { return new(limit.Request) }}
+var requests = sync.Pool{New: func() any { return new(pooledRequest) }}
+
+// pooledRequest is a check's limit.Request, and the memory its limits are
+// joined in when the request has shadow limits.
+type pooledRequest struct {
+	req    limit.Request
+	limits []limit.Limit
+}
 
 func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	set := l.rules.Current()
@@ -211,33 +222,34 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
 	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version, plan: l.metrics.plan(set, res.Plan)}
 
-	// Shadow limits live under their own keys, so they can be checked at
-	// the same time as the enforced ones without either seeing the other.
-	if len(res.Shadow) > 0 {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			l.shadow(cl, &res)
-		}()
-		defer func() { <-done }()
-	}
-
-	if len(res.Limits) == 0 {
-		// Counted too, so that a rules change that starts limiting such
-		// traffic can be compared against it (the canary check).
-		if l.onDecision != nil {
-			l.onDecision(Event{Request: r, Key: c.key, Endpoint: ep.Name, Decision: limit.Decision{Allowed: true},
-				Source: SourceUnlimited, RulesVersion: set.Version})
-		}
+	if len(res.Limits) == 0 && len(res.Shadow) == 0 {
+		l.unlimited(cl)
 		return nil
 	}
-	req := requests.Get().(*limit.Request)
+	pr := requests.Get().(*pooledRequest)
+	req := &pr.req
 	*req = limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
+	if len(res.Shadow) > 0 {
+		// One store call for both: the shadow limits (Limit.Shadow) follow
+		// the enforced ones under the same key, so that Decision.Index is
+		// still a position in res.Limits, and Decision.Shadow says what
+		// the shadow limits would have done.
+		pr.limits = append(append(pr.limits[:0], res.Limits...), res.Shadow...)
+		req.Limits = pr.limits
+	}
 	defer func() {
 		*req = limit.Request{}
-		requests.Put(req)
+		clear(pr.limits)
+		requests.Put(pr)
 	}()
-	d, src, err := l.take(cl, req, res.Rules, false)
+	d, src, err := l.take(cl, req, &res)
+	if len(res.Shadow) > 0 {
+		l.shadow(cl, &res, &d, src, err)
+	}
+	if len(res.Limits) == 0 {
+		l.unlimited(cl)
+		return nil
+	}
 	if err != nil {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
@@ -266,8 +278,20 @@ type call struct {
 	plan     string // the metrics' plan label
 }
 
-// take asks the store, under the configured timeout, and reports the call.
-func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow bool) (limit.Decision, limit.Source, error) {
+// unlimited reports a request no enforced limit applies to. It is counted
+// too, so that a rules change that starts limiting such traffic can be
+// compared against it (the canary check).
+func (l *Limiter) unlimited(cl call) {
+	if l.onDecision != nil {
+		l.onDecision(Event{Request: cl.r, Key: cl.caller.key, Endpoint: cl.endpoint, Decision: limit.Decision{Allowed: true},
+			Source: SourceUnlimited, RulesVersion: cl.version})
+	}
+}
+
+// take asks the store, under the configured timeout, and reports the call
+// of the enforced limits of res to OnDecision (the shadow ones are
+// reported by shadow).
+func (l *Limiter) take(cl call, req *limit.Request, res *rules.Resolution) (limit.Decision, limit.Source, error) {
 	ctx := cl.r.Context()
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
@@ -276,13 +300,14 @@ func (l *Limiter) take(cl call, req *limit.Request, rs []*rules.Rule, shadow boo
 	}
 	start := time.Now()
 	d, err := l.store.Take(ctx, req)
+	took := time.Since(start)
 	src := cmp.Or(d.Source, SourceStore)
-	if err == nil && (d.Index < 0 || d.Index >= len(req.Limits)) {
-		err = fmt.Errorf("store answered for limit %d of %d", d.Index, len(req.Limits))
+	if n := len(res.Limits); err == nil && n > 0 && (d.Index < 0 || d.Index >= n) {
+		err = fmt.Errorf("store answered for limit %d of %d", d.Index, n)
 	}
-	if l.onDecision != nil {
-		l.onDecision(Event{Request: cl.r, Key: req.Key, Endpoint: cl.endpoint, Shadow: shadow, Limits: req.Limits,
-			Rules: rs, Cost: req.EffectiveCost(), Decision: d, Err: err, Duration: time.Since(start),
+	if l.onDecision != nil && len(res.Limits) > 0 {
+		l.onDecision(Event{Request: cl.r, Key: req.Key, Endpoint: cl.endpoint, Limits: res.Limits,
+			Rules: res.Rules, Cost: req.EffectiveCost(), Decision: d, Err: err, Duration: took,
 			Source: src, RulesVersion: cl.version})
 	}
 	return d, src, err
@@ -378,35 +403,47 @@ func ruleAt(rs []*rules.Rule, i int) *rules.Rule {
 	return rs[i]
 }
 
-// shadow checks the shadow-mode limits of a request and reports what they
-// would have done. It never refuses.
-func (l *Limiter) shadow(cl call, res *rules.Resolution) {
+// shadow reports what the shadow-mode limits of res would have done, as
+// the store's answer d to the request's one call says (Decision.Shadow):
+// the metric, the sampled log line and OnDecision. It never refuses.
+func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src limit.Source, err error) {
 	r := cl.r
-	req := limit.Request{Key: shadowPrefix + cl.caller.key, Cost: res.Cost, Limits: res.Shadow}
-	d, src, err := l.take(cl, &req, res.ShadowRules, true)
+	v := d.Shadow
+	n := len(res.Limits) // shadow limits follow the enforced ones
+	if err == nil && (!v.Checked || v.Index < n || v.Index >= n+len(res.Shadow)) {
+		err = fmt.Errorf("store did not check the shadow limits (verdict %+v for %d enforced and %d shadow limits)", v, n, len(res.Shadow))
+	}
+	sd := limit.Decision{Allowed: v.Allowed, Index: v.Index - n, Remaining: v.Remaining, RetryAfter: v.RetryAfter, Source: d.Source}
+	if l.onDecision != nil {
+		l.onDecision(Event{Request: r, Key: cl.caller.key, Endpoint: cl.endpoint, Shadow: true, Limits: res.Shadow,
+			Rules: res.ShadowRules, Cost: res.Cost, Decision: sd, Err: err, Source: src, RulesVersion: cl.version})
+	}
 	if err != nil {
-		l.metrics.storeError()
-		l.log.LogAttrs(r.Context(), slog.LevelWarn, "rate limit store failed on shadow limits", slog.Any("error", err))
+		if n == 0 {
+			// The request's only store call: its failure is counted here.
+			l.metrics.storeError()
+			l.log.LogAttrs(r.Context(), slog.LevelWarn, "rate limit store failed on shadow limits", slog.Any("error", err))
+		}
 		return
 	}
-	lim := &res.Shadow[d.Index]
-	if d.Allowed {
+	lim := &res.Shadow[sd.Index]
+	if sd.Allowed {
 		l.metrics.decision(outcomeShadowAllowed, lim.Name, src, cl.plan)
 		return
 	}
 	l.metrics.decision(outcomeShadowRefused, lim.Name, src, cl.plan)
-	// Sampled like the decision log, on its own keys so that a shadow line
-	// and an enforced one of the same caller do not silence each other; the
-	// metric above counts every would-be refusal.
-	if !l.log.Enabled(r.Context(), slog.LevelInfo) || !l.sampled.allow(req.Key, l.now().UnixMilli()) {
+	// Sampled like the decision log, on a key of its own so that a shadow
+	// line and an enforced one of the same caller do not silence each
+	// other; the metric above counts every would-be refusal.
+	if !l.log.Enabled(r.Context(), slog.LevelInfo) || !l.sampled.allow(shadowLogPrefix+cl.caller.key, l.now().UnixMilli()) {
 		return
 	}
 	attrs := []slog.Attr{
 		slog.String("key", keyHash(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.Int64("retry_after_ms", retryAfter(lim, &d).Milliseconds()),
+		slog.Int64("retry_after_ms", retryAfter(lim, &sd).Milliseconds()),
 	}
-	if rule := ruleAt(res.ShadowRules, d.Index); rule != nil {
+	if rule := ruleAt(res.ShadowRules, sd.Index); rule != nil {
 		attrs = append(attrs, slog.Any("rule", ruleAttrs(rule, true)))
 	}
 	l.log.LogAttrs(r.Context(), slog.LevelInfo, "shadow rule would refuse", attrs...)

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
+	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -576,8 +578,23 @@ func TestControlCharacterInKeyIs400(t *testing.T) {
 	}
 }
 
+// countingStore counts the calls to the store it wraps.
+type countingStore struct {
+	inner limit.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	s.calls.Add(1)
+	return s.inner.Take(ctx, req)
+}
+
 func TestShadowNeverRefuses(t *testing.T) {
-	g := newTestGateway(t, testRules, nil)
+	store := &countingStore{}
+	g := newTestGateway(t, testRules, func(c *gateway.Config) {
+		store.inner = memstore.New(memstore.Config{Now: c.Now})
+		c.Store = store
+	})
 	// The shadow default rule allows bursts of 2; the enforced one 10.
 	for i := 1; i <= 10; i++ {
 		if resp, _ := g.do(t, "GET", "/", "X-API-Key", "key_free"); resp.StatusCode != http.StatusOK {
@@ -606,14 +623,18 @@ func TestShadowNeverRefuses(t *testing.T) {
 			t.Errorf("shadow log lacks %s:\n%.500s", want, logs)
 		}
 	}
-	// Shadow checks use their own keys: the enforced bucket lost 10 tokens,
-	// not 20.
+	// Shadow limits have buckets of their own: the enforced bucket lost 10
+	// tokens, not 20.
 	resp, _ := g.do(t, "GET", "/", "X-API-Key", "key_free")
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("request 11: status %d, want 429 from the enforced burst of 10", resp.StatusCode)
 	}
 	if strings.Contains(resp.Header.Get("RateLimit"), "shadow") {
 		t.Errorf("RateLimit %q shows a shadow limit, want only enforced ones", resp.Header.Get("RateLimit"))
+	}
+	// One store call per request, the shadow limits checked in it.
+	if got := store.calls.Load(); got != 11 {
+		t.Errorf("%d store calls for 11 requests, want 11", got)
 	}
 }
 
@@ -686,8 +707,8 @@ func TestStoreErrors(t *testing.T) {
 			}
 		})
 	}
-	if got := testutil.ToFloat64(counterFrom(t, g.reg, "sluice_gateway_store_errors_total", nil)); got != 6 {
-		t.Errorf("store errors counted %v, want 6 (3 enforced and 3 shadow checks)", got)
+	if got := testutil.ToFloat64(counterFrom(t, g.reg, "sluice_gateway_store_errors_total", nil)); got != 3 {
+		t.Errorf("store errors counted %v, want 3 (one call per request, shadow limits in it)", got)
 	}
 	if got := testutil.ToFloat64(mustCounter(t, g.reg, "error", "")); got != 3 {
 		t.Errorf("error decisions counted %v, want 3", got)

@@ -10,12 +10,14 @@ import (
 )
 
 // Key prefixes keep the kinds of caller apart in the store: an API key can
-// never name the same bucket as a client address, and shadow rules never
-// spend an enforced rule's tokens.
+// never name the same bucket as a client address. (Shadow rules never
+// spend an enforced rule's tokens: their limits have buckets of their own
+// under the same key, limit.Limit.Shadow.) shadowLogPrefix keys the
+// sampling of shadow log lines apart from the decision log's.
 const (
-	keyPrefix    = "k:"
-	addrPrefix   = "ip:"
-	shadowPrefix = "shadow:"
+	keyPrefix       = "k:"
+	addrPrefix      = "ip:"
+	shadowLogPrefix = "shadow:"
 )
 
 // caller is who a request is limited as.

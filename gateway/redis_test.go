@@ -4,12 +4,18 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit/limittest"
+	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
 )
 
@@ -121,5 +127,77 @@ func testRedisHeaders(t *testing.T, addrs []string) {
 	}
 	if p := decodeProblem(t, resp, body); p.RetryAfterMillis != 200 || p.Limit != "s" {
 		t.Errorf("problem %+v, want limit s and retry_after_ms 200", p)
+	}
+}
+
+// shadowRules enforce s and try a much tighter s out in shadow; neither
+// refills a token during a test.
+const shadowRules = `
+rules:
+  - scope: default
+    limits: [{name: s, rate: 100, per: 1h, burst: 100}]
+  - scope: default
+    mode: shadow
+    limits: [{name: s, rate: 5, per: 1h, burst: 5}]
+`
+
+// takeCalls is how many takes a server has run: the FCALL and EVALSHA
+// calls of INFO commandstats (the commands a take runs inside count
+// apart).
+func takeCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	v, err := srv.Do(t.Context(), "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := v.(string)
+	var n int64
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok || name != "cmdstat_fcall" && name != "cmdstat_evalsha" {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		c, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		n += c
+	}
+	return n
+}
+
+// TestShadowOneRedisCall runs the production stack (leases over the guard
+// over Redis) under an enforced limit and a shadow one of the same name:
+// each request costs Redis one call, the shadow limit's verdicts are
+// exact, and it spends none of the enforced limit's tokens.
+func TestShadowOneRedisCall(t *testing.T) {
+	srv := redistest.Standalone(t)
+	p, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}},
+		Timeout: time.Second, Gateways: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	g := newTestGateway(t, shadowRules, func(c *gateway.Config) { c.Store = p; c.Now = nil })
+	before := takeCalls(t, srv)
+	const n = 20
+	for i := range n {
+		resp, _ := g.do(t, "GET", "/", "X-API-Key", "one-call")
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-RateLimit-Remaining") != fmt.Sprint(99-i) {
+			t.Fatalf("request %d: status %d remaining %q, want 200 and %d (the shadow s spends none of the enforced s)",
+				i+1, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), 99-i)
+		}
+	}
+	if got := takeCalls(t, srv) - before; got != n {
+		t.Errorf("Redis ran %d takes for %d requests, want %d: one call per request, shadow limits in it", got, n, n)
+	}
+	for _, tt := range []struct {
+		outcome string
+		want    float64
+	}{{"shadow_allowed", 5}, {"shadow_refused", n - 5}, {"allowed", n}} {
+		if got := testutil.ToFloat64(mustCounter(t, g.reg, tt.outcome, "s")); got != tt.want {
+			t.Errorf("decisions{outcome=%q,limit=s} = %v, want %v", tt.outcome, got, tt.want)
+		}
 	}
 }

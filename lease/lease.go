@@ -174,7 +174,10 @@ func (s *Store) Close() {
 
 // Take implements limit.Store. The Decision's Source says where the
 // answer came from: a leased token (limit.FromLease), a remembered refusal
-// (limit.FromRefusalCache), or the inner store's own answer and source.
+// (limit.FromRefusalCache), or the inner store's own answer and source. A
+// request with shadow limits (limit.Limit.Shadow) is passed to the inner
+// store as it is, leases and refusal cache aside, so that its shadow
+// limits are checked on every request.
 // Errors are the inner store's, including its fail-closed refusals.
 //
 // A lease-served answer's Remaining is the shared store's count at its last
@@ -183,6 +186,12 @@ func (s *Store) Close() {
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	if err := req.Validate(); err != nil {
 		return limit.Decision{}, err
+	}
+	if req.HasShadow() {
+		// A token spent from memory would say nothing of the shadow
+		// limits, which must see every request: checked in the shared
+		// store, in the same call as the enforced ones.
+		return s.inner.Take(ctx, req)
 	}
 	cost := req.EffectiveCost()
 	batch := s.batch(req)

@@ -143,9 +143,51 @@ func tokenBucket(l *Limit, s *State, now, cost int64) Outcome {
 // Decide combines the outcomes of a request's limits, in request order, into
 // one Decision: allowed only if every limit allowed.
 func Decide(outs []Outcome) Decision {
+	d, _ := decide(outs, nil, false)
+	return d
+}
+
+// DecideRequest combines the outcomes of every limit of a request, outs[i]
+// being limits[i]'s, into one Decision: Allowed, Index and the rest from
+// the enforced limits as Decide combines them, and Shadow from the shadow
+// limits (Limit.Shadow), which never refuse. Without shadow limits it is
+// Decide. A request of shadow limits alone is allowed, with Index -1.
+func DecideRequest(outs []Outcome, limits []Limit) Decision {
+	shadow := false
+	for i := range limits {
+		if limits[i].Shadow {
+			shadow = true
+			break
+		}
+	}
+	if !shadow {
+		return Decide(outs)
+	}
+	d, _ := decide(outs, limits, false)
+	s, _ := decide(outs, limits, true)
+	d.Shadow = ShadowVerdict{Checked: true, Allowed: s.Allowed, Index: s.Index, Remaining: s.Remaining, RetryAfter: s.RetryAfter}
+	return d
+}
+
+// DecideGroup is Decide over the outcomes of the limits whose Shadow is
+// shadow alone, outs[i] being limits[i]'s; the others' outcomes are not
+// read. Index is a position in limits, -1 when the group is empty.
+func DecideGroup(outs []Outcome, limits []Limit, shadow bool) Decision {
+	d, _ := decide(outs, limits, shadow)
+	return d
+}
+
+// decide combines the outcomes of the limits whose Shadow is shadow (all of
+// outs, enforced, when limits is nil). found is false when there were
+// none; Index is then 0 for nil limits, as Decide always answered, and -1
+// otherwise.
+func decide(outs []Outcome, limits []Limit, shadow bool) (Decision, bool) {
 	d := Decision{Allowed: true}
 	best := -1
 	for i := range outs {
+		if limits != nil && limits[i].Shadow != shadow {
+			continue
+		}
 		o := &outs[i]
 		if !o.Allowed {
 			if d.Allowed || waitsLonger(o.RetryAfter, outs[best].RetryAfter) {
@@ -160,7 +202,10 @@ func Decide(outs []Outcome) Decision {
 		}
 	}
 	if best < 0 {
-		return d
+		if limits != nil {
+			d.Index = -1
+		}
+		return d, false
 	}
 	o := &outs[best]
 	d.Index = best
@@ -173,7 +218,7 @@ func Decide(outs []Outcome) Decision {
 	default:
 		d.RetryAfter = millis(o.RetryAfter)
 	}
-	return d
+	return d, true
 }
 
 // millis converts ms ≥ 0 to a Duration. Validate keeps every wait within

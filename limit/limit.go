@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -93,8 +94,24 @@ type Limit struct {
 	Algorithm Algorithm
 	// FailClosed says that when the shared store cannot answer, requests
 	// under this limit are refused rather than limited approximately. It is
-	// for security limits: logins, password resets, SMS.
+	// for security limits: logins, password resets, SMS. A shadow limit
+	// never fails closed: it never refuses.
 	FailClosed bool
+	// Shadow marks a limit tried out before it is enforced (a rule's mode:
+	// shadow). It is checked in the same store call as the request's
+	// enforced limits, under the same key, on a bucket of its own
+	// (BucketID ends in ":shadow"), and it never refuses: Decision.Allowed
+	// and Index speak of the enforced limits alone, and Decision.Shadow
+	// says what the shadow limits would have done.
+	//
+	// The shadow limits of a request are one group, as a request of their
+	// own would be: they take the cost when every one of them allows it,
+	// and nothing otherwise, whatever the enforced limits answered. So a
+	// shadow bucket counts the traffic that reaches the limiter, as the
+	// limit would if it replaced the enforced ones, including requests the
+	// enforced limits refuse. A take of more than the cost (TakeUpTo)
+	// takes the cost from the shadow limits, once.
+	Shadow bool
 }
 
 // EffectiveBurst reports the most tokens the limit holds at once, and so
@@ -212,7 +229,9 @@ type Request struct {
 	// means 1.
 	Cost int64
 	// Limits are checked together: the request passes only if every one
-	// allows it, and a refused request takes from none.
+	// allows it, and a refused request takes from none. Shadow limits
+	// (Limit.Shadow) are checked in the same call and never refuse; a name
+	// may appear twice, once enforced and once shadow.
 	Limits []Limit
 }
 
@@ -224,17 +243,28 @@ func (r *Request) EffectiveCost() int64 {
 	return r.Cost
 }
 
-// FailClosed returns the index of the first of the request's limits that
-// fails closed (Limit.FailClosed), or -1 when none does: the one rule, for
-// every layer, of whether a request may be answered without the shared
-// store.
+// FailClosed returns the index of the first of the request's enforced
+// limits that fails closed (Limit.FailClosed), or -1 when none does: the
+// one rule, for every layer, of whether a request may be answered without
+// the shared store. A shadow limit never refuses, so never fails closed.
 func (r *Request) FailClosed() int {
 	for i := range r.Limits {
-		if r.Limits[i].FailClosed {
+		if r.Limits[i].FailClosed && !r.Limits[i].Shadow {
 			return i
 		}
 	}
 	return -1
+}
+
+// HasShadow reports whether any of the request's limits is a shadow limit
+// (Limit.Shadow).
+func (r *Request) HasShadow() bool {
+	for i := range r.Limits {
+		if r.Limits[i].Shadow {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate checks the request before a store touches any state. Its
@@ -270,7 +300,7 @@ func (r *Request) validate() error {
 			return err
 		}
 		for j := 0; j < i; j++ {
-			if r.Limits[j].Name == r.Limits[i].Name {
+			if r.Limits[j].Name == r.Limits[i].Name && r.Limits[j].Shadow == r.Limits[i].Shadow {
 				return fmt.Errorf("limit %q: named twice in one request", r.Limits[i].Name)
 			}
 		}
@@ -284,7 +314,8 @@ type Decision struct {
 	Allowed bool
 	// Index is the position in Request.Limits of the limit the headers
 	// describe: the one that refused (the longest wait when several did), or
-	// when allowed the one with the fewest tokens left.
+	// when allowed the one with the fewest tokens left. Only enforced
+	// limits are described; a request with shadow limits alone has -1.
 	Index int
 	// Remaining is how many tokens that limit has left after this request.
 	Remaining int64
@@ -298,6 +329,29 @@ type Decision struct {
 	// it, or this one answered alone. Empty means a store that does not
 	// say.
 	Source Source
+	// Shadow is what the request's shadow limits would have done. Its
+	// zero value (not Checked) means the request had none, or the answer
+	// checked no limit (a fail-closed refusal, a shed request).
+	Shadow ShadowVerdict
+}
+
+// ShadowVerdict is what a request's shadow limits (Limit.Shadow) would
+// have done, had they been enforced.
+type ShadowVerdict struct {
+	// Checked reports whether the store checked the shadow limits.
+	Checked bool
+	// Allowed reports whether every shadow limit would have allowed the
+	// request.
+	Allowed bool
+	// Index is the position in Request.Limits of the shadow limit the
+	// verdict describes: the one that would have refused (the longest
+	// wait), or when all allowed the one with the fewest tokens left.
+	Index int
+	// Remaining is how many tokens that limit has left.
+	Remaining int64
+	// RetryAfter is how long until that limit would allow the request:
+	// zero when allowed, Never when it never would.
+	RetryAfter time.Duration
 }
 
 // Source says which path answered a request. It is the source label of
@@ -345,7 +399,10 @@ var ErrBadReply = errors.New("the store answered with an unusable reply")
 type Store interface {
 	// Take checks every limit of req and, only if all allow it, takes
 	// req.Cost tokens from each. An error means nothing is known about the
-	// limits: the caller decides whether to fail open or closed.
+	// limits: the caller decides whether to fail open or closed. Shadow
+	// limits (Limit.Shadow) are checked in the same call, as a group of
+	// their own that never refuses, and answered in Decision.Shadow;
+	// limittest.Run holds every store to it.
 	Take(ctx context.Context, req *Request) (Decision, error)
 }
 
@@ -364,15 +421,21 @@ type Granter interface {
 
 // BucketID names the stored state of l within one key. It holds the name,
 // the algorithm and the period, and for GCRA the unit its timestamp counts
-// in ([Limit.Unit]): "s:token_bucket:1000", "s:gcra:1000:3". A rule change
+// in ([Limit.Unit]): "s:token_bucket:1000", "s:gcra:1000:3"; a shadow
+// limit's ends in ":shadow" ("s:token_bucket:1000:shadow"), so that it
+// never shares an enforced limit's state (an enforced ID ends in a number). A rule change
 // that keeps those keeps the key's state, and rules that name the same limit
 // share it; one that changes how the state counts (the period, or GCRA's
 // unit) starts afresh.
 func (l *Limit) BucketID() string {
+	id := fmt.Sprintf("%s:%s:%d", l.Name, l.Alg(), l.PeriodMillis())
 	if u := l.Unit(); u > 0 {
-		return fmt.Sprintf("%s:%s:%d:%d", l.Name, l.Alg(), l.PeriodMillis(), u)
+		id += ":" + strconv.FormatInt(u, 10)
 	}
-	return fmt.Sprintf("%s:%s:%d", l.Name, l.Alg(), l.PeriodMillis())
+	if l.Shadow {
+		id += ":shadow"
+	}
+	return id
 }
 
 // Unit reports how many units a millisecond is in the timestamp a GCRA limit

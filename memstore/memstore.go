@@ -54,10 +54,11 @@ type entry struct {
 const manySlots = 16
 
 // slot is one limit's state. A limit is the same one while its name,
-// algorithm, period and unit stay: the fields of limit.BucketID, which says
-// why.
+// algorithm, period, unit and shadow mark stay: the fields of
+// limit.BucketID, which says why.
 type slot struct {
 	name    string
+	shadow  bool // a shadow limit's state, apart from an enforced one's
 	alg     limit.Algorithm
 	period  time.Duration
 	unit    int64
@@ -98,7 +99,20 @@ func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
 	sh := s.shard(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.take(now, req, req.EffectiveCost())
+	d := sh.take(now, req, req.EffectiveCost(), false)
+	sh.takeShadow(now, req, &d)
+	return d
+}
+
+// takeShadow checks req's shadow limits, if any, at its cost, takes it from
+// them if they all allow it, and puts their verdict in d. The caller holds
+// sh.mu, the same hold as the enforced limits' take.
+func (sh *shard) takeShadow(now int64, req *limit.Request, d *limit.Decision) {
+	if !req.HasShadow() {
+		return
+	}
+	v := sh.take(now, req, req.EffectiveCost(), true)
+	d.Shadow = limit.ShadowVerdict{Checked: true, Allowed: v.Allowed, Index: v.Index, Remaining: v.Remaining, RetryAfter: v.RetryAfter}
 }
 
 // shard returns the shard that holds key.
@@ -106,9 +120,10 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
 }
 
-// take checks req at cost and takes it if every limit allows. The caller
-// holds sh.mu.
-func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision {
+// take checks req's limits of one group, enforced or shadow, at cost and
+// takes it from them if every one allows; the other group's limits are
+// neither read nor written. The caller holds sh.mu.
+func (sh *shard) take(now int64, req *limit.Request, cost int64, shadow bool) limit.Decision {
 	var buf [4]limit.Outcome
 	outs := buf[:0]
 	e := sh.keys[req.Key]
@@ -120,8 +135,15 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 	}
 	var idxBuf [4]int
 	idx := idxBuf[:0]
+	group := false // the group has a limit
 	for i := range req.Limits {
 		l := &req.Limits[i]
+		if l.Shadow != shadow {
+			idx = append(idx, -1)
+			outs = append(outs, limit.Outcome{})
+			continue
+		}
+		group = true
 		var st limit.State
 		at := -1
 		if e != nil {
@@ -132,19 +154,22 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64) limit.Decision 
 		idx = append(idx, at)
 		outs = append(outs, limit.Evaluate(l, &st, now, cost))
 	}
-	d := limit.Decide(outs)
+	d := limit.DecideGroup(outs, req.Limits, shadow)
 	d.Source = limit.FromMemory
-	if d.Allowed {
+	if d.Allowed && group {
 		if e == nil {
 			e = &entry{}
 			sh.keys[req.Key] = e
 		}
 		for i := range req.Limits {
+			if req.Limits[i].Shadow != shadow {
+				continue
+			}
 			o := &outs[i]
 			exp := now + o.TTL
 			if idx[i] < 0 {
 				l := &req.Limits[i]
-				e.slots = append(e.slots, slot{name: l.Name, alg: l.Alg(), period: l.Period, unit: l.Unit(), state: o.Next, expires: exp})
+				e.slots = append(e.slots, slot{name: l.Name, shadow: l.Shadow, alg: l.Alg(), period: l.Period, unit: l.Unit(), state: o.Next, expires: exp})
 				if e.byName != nil {
 					e.byName[l.Name] = len(e.slots) - 1
 				}
@@ -169,14 +194,14 @@ func (e *entry) find(l *limit.Limit) int {
 		if !ok {
 			return -1
 		}
-		if sl := &e.slots[i]; sl.alg == alg && sl.period == l.Period && sl.unit == unit {
+		if sl := &e.slots[i]; sl.shadow == l.Shadow && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
 			return i
 		}
 		// A slot of the same name that counts differently: look for one
 		// that counts the same, as below.
 	}
 	for i := range e.slots {
-		if sl := &e.slots[i]; sl.name == l.Name && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
+		if sl := &e.slots[i]; sl.name == l.Name && sl.shadow == l.Shadow && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
 			return i
 		}
 	}

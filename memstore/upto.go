@@ -17,7 +17,8 @@ import (
 // granted tokens. When granted is zero, d is the refusal Take would have
 // given req. A want below the cost means the cost. The whole grant happens
 // under the key's lock, so it is the most every limit could spare at that
-// instant.
+// instant. Shadow limits (limit.Limit.Shadow) take the cost, once, and
+// never limit the grant.
 func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
 	if err := req.Validate(); err != nil {
 		return 0, limit.Decision{}, err
@@ -42,13 +43,15 @@ func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, li
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for try := max(want, cost); try > cost; {
-		d := sh.take(now, req, try)
+		d := sh.take(now, req, try, false)
 		if d.Allowed {
+			sh.takeShadow(now, req, &d)
 			return try, d
 		}
 		try = min(try-1, d.Remaining)
 	}
-	d := sh.take(now, req, cost)
+	d := sh.take(now, req, cost, false)
+	sh.takeShadow(now, req, &d)
 	if !d.Allowed {
 		return 0, d
 	}

@@ -97,9 +97,14 @@ type Pipeline struct {
 
 var _ limit.Store = (*Pipeline)(nil)
 
-// New builds the stack cfg describes. With Redis it connects (bounded by
-// ctx and Redis.DialTimeout), loads the scripts on every node once, and
-// fails if no address answers.
+// New builds the stack cfg describes. With Redis it connects (each step
+// bounded by Redis.DialTimeout or Redis.ConnTimeout, the whole by ctx) and
+// loads the scripts on every node once. A Redis that cannot be reached
+// does not fail New: the stack starts with its nodes down, answering their
+// keys locally (fail-closed limits refuse), and connects in the background
+// when Redis answers (Down reports it meanwhile). New fails for a
+// configuration Redis refuses (a TLS handshake it fails, credentials) and
+// when ctx ends first.
 func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 	p, err := newStack(ctx, cfg)
 	if err != nil || cfg.Shares == nil {

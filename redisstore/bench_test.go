@@ -148,3 +148,42 @@ func runLatency(b *testing.B, parallel bool, op func(ctx context.Context, key in
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 }
+
+// BenchmarkTakeShadow measures a request with an enforced limit and a
+// shadow one of the same name: one call, the shadow limit in it (before
+// shadow limits rode along, the gateway made a second Take under a key of
+// their own; the same benchmark on that version does those two).
+func BenchmarkTakeShadow(b *testing.B) {
+	s := newStore(b, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	shadow := benchLimits[0]
+	shadow.Shadow = true
+	limits := []limit.Limit{benchLimits[0], shadow}
+	var keys [benchKeys]string
+	for i := range keys {
+		keys[i] = fmt.Sprint("bench-shadow-", i)
+	}
+	for _, mode := range []string{"serial", "parallel"} {
+		b.Run(mode, func(b *testing.B) {
+			resetStats(b, targets[0])
+			startCPU = readStats(b).cpu
+			defer reportRequestCost(b)
+			runLatency(b, mode == "parallel", func(ctx context.Context, key int) error {
+				req := limit.Request{Key: keys[key], Limits: limits}
+				_, err := s.Take(ctx, &req)
+				return err
+			})
+		})
+	}
+}
+
+// reportRequestCost reports what the standalone server counted per op
+// since resetStats: take calls (FCALL, EVALSHA) and their µs.
+func reportRequestCost(b *testing.B) {
+	st := readStats(b)
+	b.ReportMetric(st.calls/float64(b.N), "calls/op")
+	b.ReportMetric(st.usec/float64(b.N), "redis-µs/op")
+	b.ReportMetric((st.cpu-startCPU)/float64(b.N), "redis-cpu-µs/op")
+}
+
+// startCPU is the server's used CPU µs when the running benchmark began.
+var startCPU float64

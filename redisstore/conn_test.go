@@ -244,8 +244,9 @@ func TestTLS(t *testing.T) {
 	t.Run("no client certificate", func(t *testing.T) {
 		// Under TLS 1.3 the server refuses a missing client certificate
 		// after the client's side of the handshake is done, so the client
-		// sees its first write reset rather than a TLS alert.
-		refuse(t, redisstore.Config{Addrs: []string{addr}, TLS: tlsConfig(t, redisstore.TLSFiles{CA: certs.CA})}, "redis unavailable")
+		// sees its first write reset; New reads the alert to say why, and
+		// fails: a refused configuration is not an outage.
+		refuse(t, redisstore.Config{Addrs: []string{addr}, TLS: tlsConfig(t, redisstore.TLSFiles{CA: certs.CA})}, "certificate required")
 	})
 	t.Run("server TLS only", func(t *testing.T) {
 		srv := redistest.StandaloneTLS(t, redistest.TLS{Certs: certs})

@@ -13,17 +13,21 @@ import (
 func TrivialScript(s *Store) func(ctx context.Context, keys []string) error {
 	script := rueidis.NewLuaScript("return 1")
 	return func(ctx context.Context, keys []string) error {
-		return script.Exec(ctx, s.client, keys, nil).Error()
+		return script.Exec(ctx, s.link.Load().client, keys, nil).Error()
 	}
 }
 
 // UseScripts makes s run its takes as a script by EVALSHA, as it does on a
 // server without functions (before Redis 7), so that tests cover that path
 // on the servers they have.
-func UseScripts(s *Store) { s.functions = false }
+func UseScripts(s *Store) {
+	l := *s.link.Load()
+	l.functions = false
+	s.link.Store(&l)
+}
 
 // UsesFunctions reports whether s calls its takes with FCALL.
-func UsesFunctions(s *Store) bool { return s.functions }
+func UsesFunctions(s *Store) bool { return s.link.Load().functions }
 
 // FloorScript returns a function that runs, by EVALSHA through s's client,
 // the commands a take of token buckets that exist runs, and nothing else:
@@ -39,6 +43,6 @@ for i = 1, #KEYS do
 end
 return string.rep('abcdefghijklmnopqrstuvwx', #KEYS)`)
 	return func(ctx context.Context, keys []string) error {
-		return script.Exec(ctx, s.client, keys, nil).Error()
+		return script.Exec(ctx, s.link.Load().client, keys, nil).Error()
 	}
 }

@@ -82,6 +82,9 @@ func appendKey(b []byte, prefix, key string, l *limit.Limit) []byte {
 		b = append(b, ':')
 		b = strconv.AppendInt(b, u, 10)
 	}
+	if l.Shadow {
+		b = append(b, shadowMark...)
+	}
 	if l.Alg() == limit.TokenBucket {
 		b = append(b, binaryMark...)
 	}
@@ -90,6 +93,9 @@ func appendKey(b []byte, prefix, key string, l *limit.Limit) []byte {
 
 // binaryMark ends the key of a state kept in binary (a token bucket's).
 const binaryMark = ":b"
+
+// shadowMark ends a shadow limit's bucket ID (limit.Limit.BucketID).
+const shadowMark = ":shadow"
 
 // Slot returns the Redis Cluster hash slot (0 to 16383) that holds every
 // bucket of request key: the CRC16 of its encoded hash tag, as Redis

@@ -74,6 +74,8 @@ func TestKeyEndsWithBucketID(t *testing.T) {
 		{Name: "x.y-z", Count: 1, Period: time.Millisecond, Algorithm: limit.GCRA},
 		{Name: "g", Count: 3, Period: time.Second, Burst: 5, Algorithm: limit.GCRA},
 		{Name: "d", Count: 1, Period: 24 * time.Hour, Algorithm: limit.SlidingLog},
+		{Name: "s", Count: 1, Period: time.Second, Shadow: true},
+		{Name: "g", Count: 3, Period: time.Second, Burst: 5, Algorithm: limit.GCRA, Shadow: true},
 	} {
 		got := string(appendKey(nil, "sl:", "k", &l))
 		want := "sl:{k}:" + l.BucketID()

@@ -73,10 +73,11 @@ func assemble() (takeCode, error) {
 // too, so that no request pays for loading and compiling it inside its
 // short deadline. It tries the function library first; if every node
 // loaded it (or had it, or is a replica, which gets it from its primary),
-// takes use FCALL, else EVALSHA of the script, which it loads instead. A failure is logged, not returned: a node without the
+// takes use FCALL (it returns true), else EVALSHA of the script, which it
+// loads instead. A failure is logged, not returned: a node without the
 // code gets it on first use (see exec, and rueidis's NOSCRIPT fallback).
-func (s *Store) preload(ctx context.Context) {
-	nodes := s.client.Nodes()
+func (s *Store) preload(ctx context.Context, client rueidis.Client) bool {
+	nodes := client.Nodes()
 	functions := true
 	for addr, node := range nodes {
 		err := loadLibrary(ctx, node, s.code.library)
@@ -95,9 +96,8 @@ func (s *Store) preload(ctx context.Context) {
 			s.log.Warn("redis function library not loaded; takes run as scripts", "node", addr, "error", err)
 		}
 	}
-	s.functions = functions
 	if functions {
-		return
+		return true
 	}
 	for addr, node := range nodes {
 		if err := node.Do(ctx, node.B().ScriptLoad().Script(s.code.script).Build()).Error(); err != nil {
@@ -105,6 +105,7 @@ func (s *Store) preload(ctx context.Context) {
 		}
 	}
 	s.log.Info("takes run as scripts by EVALSHA: not every node loaded the function library")
+	return false
 }
 
 // loadLibrary loads the library on one node. A library of that name
@@ -118,11 +119,11 @@ func loadLibrary(ctx context.Context, node rueidis.Client, library string) error
 }
 
 // exec runs the take on the node that owns keys' slot.
-func (s *Store) exec(ctx context.Context, keys, args []string) rueidis.RedisResult {
-	if !s.functions {
-		return s.script.Exec(ctx, s.client, keys, args)
+func (s *Store) exec(ctx context.Context, l *link, keys, args []string) rueidis.RedisResult {
+	if !l.functions {
+		return s.script.Exec(ctx, l.client, keys, args)
 	}
-	resp := s.client.Do(ctx, s.client.B().Fcall().Function(s.code.function).
+	resp := l.client.Do(ctx, l.client.B().Fcall().Function(s.code.function).
 		Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if !isFunctionMissing(resp.Error()) {
 		return resp
@@ -133,8 +134,8 @@ func (s *Store) exec(ctx context.Context, keys, args []string) rueidis.RedisResu
 	// library is loaded again in the background: compiling it may take
 	// longer than a take's few milliseconds, and a reload bounded by them
 	// could fail for ever.
-	s.reload()
-	return s.script.Exec(ctx, s.client, keys, args)
+	s.reload(l)
+	return s.script.Exec(ctx, l.client, keys, args)
 }
 
 const (
@@ -150,7 +151,7 @@ const (
 // reload starts loading the library on every node again, unless a reload
 // is under way or started less than reloadEvery ago, or the store is
 // closing. Close waits for it.
-func (s *Store) reload() {
+func (s *Store) reload(l *link) {
 	if last := s.lastReload.Load(); last != 0 && time.Since(time.Unix(0, last)) < reloadEvery {
 		return
 	}
@@ -170,7 +171,7 @@ func (s *Store) reload() {
 		defer s.reloading.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 		defer cancel()
-		for addr, node := range s.client.Nodes() {
+		for addr, node := range l.client.Nodes() {
 			if err := loadLibrary(ctx, node, s.code.library); err != nil && !isReadOnly(err) {
 				s.log.Warn("redis function library not reloaded; takes on the node run as scripts meanwhile", "node", addr, "error", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +266,20 @@ func TestRedisClockMatchesModel(t *testing.T) {
 					i := rng.IntN(len(pool))
 					ls = pool[i : i+1]
 				}
+				// Some requests try a tighter limit out in shadow, under the
+				// name of an enforced one, or have nothing but shadow
+				// limits: the one-bucket path is then the general one.
+				switch rng.IntN(4) {
+				case 0:
+					sh := ls[0]
+					sh.Shadow, sh.Burst = true, 3
+					ls = append(ls[:len(ls):len(ls)], sh)
+				case 1:
+					ls = slices.Clone(ls)
+					for i := range ls {
+						ls[i].Shadow = true
+					}
+				}
 				req := &limit.Request{Key: fmt.Sprintf("%s-%d", base, rng.IntN(8)), Cost: 1 + rng.Int64N(3), Limits: ls}
 				want := req.Cost
 				if rng.IntN(3) == 0 {
@@ -280,8 +295,11 @@ func TestRedisClockMatchesModel(t *testing.T) {
 				}
 				slack := time.Since(began) + time.Second
 				near := func(a, b time.Duration) bool { return a == b || a >= 0 && b >= 0 && (a-b).Abs() <= slack }
+				gs, ms := got.Shadow, model.Shadow
 				if gotN != wantN || got.Allowed != model.Allowed || got.Index != model.Index || got.Remaining != model.Remaining ||
-					!near(got.RetryAfter, model.RetryAfter) || !near(got.ResetAfter, model.ResetAfter) {
+					!near(got.RetryAfter, model.RetryAfter) || !near(got.ResetAfter, model.ResetAfter) ||
+					gs.Checked != ms.Checked || gs.Allowed != ms.Allowed || gs.Index != ms.Index || gs.Remaining != ms.Remaining ||
+					!near(gs.RetryAfter, ms.RetryAfter) {
 					t.Fatalf("step %d, %d to %d tokens of %v for %s: Redis granted %d, %+v; model granted %d, %+v",
 						step, req.Cost, want, ls, req.Key, gotN, got, wantN, model)
 				}

@@ -117,12 +117,23 @@ var (
 // Store is a limit.Store in Redis. It is safe for concurrent use. It owns
 // its client connections; Close releases them.
 type Store struct {
-	client rueidis.Client
-	code   takeCode
-	// functions is true when every node loaded code.library in New, and
-	// takes call it with FCALL; false means EVALSHA of script. Set in New
-	// only.
-	functions bool
+	// opt is how the client connects; read-only after New.
+	opt rueidis.ClientOption
+	// link is the client and how takes run on it, once the store has
+	// connected: nil before, when every take fails with ErrUnavailable.
+	link atomic.Pointer[link]
+	// attempt bounds one connection attempt, every step included.
+	attempt time.Duration
+	// refresh is how often the slot map of a cluster is read again.
+	refresh time.Duration
+	// stopConnect ends the background connector started by New when Redis
+	// was unreachable; connectDone is closed when it has ended. Nil when
+	// New connected.
+	stopConnect context.CancelFunc
+	connectDone chan struct{}
+	// mu guards the refresh loop's start against Close.
+	mu   sync.Mutex
+	code takeCode
 	// script is code.script, run by digest when !functions, and by a take
 	// that found its node without the library.
 	script     *rueidis.Lua
@@ -142,17 +153,24 @@ type Store struct {
 	topo  atomic.Pointer[topology] // slot owners as last read; see NodeAddr
 	wires *wires                   // the client's connections, watched; see Stalled
 
-	stopRefresh context.CancelFunc // ends the refresh loop; nil without one
-	refreshDone chan struct{}      // closed when the refresh loop has ended
+	stopRefresh context.CancelFunc // ends the refresh loop; nil without one; guarded by mu
+	refreshDone chan struct{}      // closed when the refresh loop has ended; guarded by mu
 	closeOnce   sync.Once
 	closed      atomic.Bool // set by Close; Take and TakeUpTo refuse after it
 }
 
 var _ limit.Store = (*Store)(nil)
 
-// New connects to Redis and returns a Store. It fails if the configuration
-// is invalid or no address answers. Opening connections is bounded by
-// DialTimeout for each address; the first PING and slot map read by ctx.
+// New returns a Store connected to Redis, or connecting. It fails if the
+// configuration is invalid, if a server refuses it (a TLS handshake that
+// fails, such as rediss:// to a plaintext port; wrong credentials), or if
+// ctx ends first. A Redis that cannot be reached (refused, silent, no
+// route) is an outage, not an error: New returns a Store whose takes fail
+// fast with ErrUnavailable, which the guard answers locally, while it
+// connects in the background (see connect.go) until Redis answers;
+// Connected and Down report it. Every step of a connection attempt has a deadline:
+// DialTimeout bounds the TCP connect, the TLS handshake and HELLO/AUTH,
+// ConnTimeout each later reply (PING, CLUSTER SLOTS).
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("redisstore: no Redis address configured")
@@ -181,56 +199,59 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	w := &wires{}
-	client, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: cfg.Addrs,
-		Username:    cfg.Username,
-		Password:    cfg.Password,
-		TLSConfig:   cfg.TLS,
-		ClientName:  "sluice",
-		Dialer:      net.Dialer{Timeout: orDefault(cfg.DialTimeout, defaultDialTimeout)},
-		// Watch each connection's bytes, for Stalled.
-		DialCtxFn: w.dial,
-		// Every read of a limit is also a write, so client-side caching
-		// would never hit; it only costs memory and tracking messages.
-		DisableCache: true,
-		// Pipeline even a lone command: in rueidis's synchronous mode a
-		// deadline that fires closes the connection, and under a 5 ms
-		// deadline that turns one slow reply into a reconnect storm.
-		AlwaysPipelining: true,
-		ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
-		ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: connect to %v: %w: %w", cfg.Addrs, classify(err), err)
-	}
+	dial := orDefault(cfg.DialTimeout, defaultDialTimeout)
 	s := &Store{
-		client: client,
-		code:   code,
+		opt: rueidis.ClientOption{
+			InitAddress: cfg.Addrs,
+			Username:    cfg.Username,
+			Password:    cfg.Password,
+			TLSConfig:   cfg.TLS,
+			ClientName:  "sluice",
+			// Bounds the TCP connect and, in wires.dial, the TLS
+			// handshake; rueidis bounds HELLO/AUTH by it too.
+			Dialer: net.Dialer{Timeout: dial},
+			// Watch each connection's bytes, for Stalled.
+			DialCtxFn: w.dial,
+			// Every read of a limit is also a write, so client-side caching
+			// would never hit; it only costs memory and tracking messages.
+			DisableCache: true,
+			// Pipeline even a lone command: in rueidis's synchronous mode a
+			// deadline that fires closes the connection, and under a 5 ms
+			// deadline that turns one slow reply into a reconnect storm.
+			AlwaysPipelining: true,
+			ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
+			ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
+		},
+		code: code,
 		// Not NewLuaScriptRetryable: a take is not idempotent, so a script
 		// whose reply was lost must not run again.
-		script: rueidis.NewLuaScript(code.script),
-		prefix: prefix,
-		now:    cfg.Now,
-		log:    log,
-		seeds:  append([]string(nil), cfg.Addrs...),
-		wires:  w,
+		script:  rueidis.NewLuaScript(code.script),
+		prefix:  prefix,
+		now:     cfg.Now,
+		log:     log,
+		seeds:   append([]string(nil), cfg.Addrs...),
+		wires:   w,
+		refresh: orDefault(cfg.RefreshInterval, defaultRefresh),
+		attempt: 3*dial + orDefault(cfg.ConnTimeout, defaultConnTimeout),
 	}
 	s.scratch.New = func() any { return new(scratch) }
-	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
-		client.Close()
-		return nil, fmt.Errorf("redisstore: ping %v: %w: %w", cfg.Addrs, classify(err), err)
+	s.topo.Store(unknownTopology(s.unknownNode()))
+	if err := s.connect(ctx); err != nil {
+		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return nil, err
+		}
+		if err := s.tlsRefused(); err != nil {
+			return nil, err
+		}
+		// Unreachable is an outage, not a mistake: the store starts
+		// without Redis, its takes fail fast (ErrUnavailable) so that the
+		// guard above limits locally, and it keeps connecting in the
+		// background until Redis answers.
+		log.Warn("redis unreachable at start; connecting in the background", "addrs", cfg.Addrs, "error", err)
+		bg, cancel := context.WithCancel(context.Background())
+		s.stopConnect, s.connectDone = cancel, make(chan struct{})
+		go s.reconnect(bg)
 	}
-	if err := s.RefreshNodes(ctx); err != nil {
-		client.Close()
-		return nil, err
-	}
-	s.preload(ctx)
-	if every := orDefault(cfg.RefreshInterval, defaultRefresh); every > 0 && s.Cluster() {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopRefresh, s.refreshDone = cancel, make(chan struct{})
-		go s.refreshEvery(ctx, every)
-	}
-	log.Info("redis store connected", "mode", string(client.Mode()), "addrs", cfg.Addrs, "prefix", prefix)
 	return s, nil
 }
 
@@ -256,20 +277,34 @@ func orDefault(d, def time.Duration) time.Duration {
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		if s.stopRefresh != nil {
-			s.stopRefresh()
-			<-s.refreshDone
+		if s.stopConnect != nil {
+			s.stopConnect()
+			<-s.connectDone
+		}
+		s.mu.Lock()
+		stop, done := s.stopRefresh, s.refreshDone
+		s.stopRefresh = nil
+		s.mu.Unlock()
+		if stop != nil {
+			stop()
+			<-done
 		}
 		s.reloadMu.Lock()
 		s.stopping = true
 		s.reloadMu.Unlock()
 		s.reloads.Wait()
-		s.client.Close()
+		if l := s.link.Load(); l != nil {
+			l.client.Close()
+		}
 	})
 }
 
-// Cluster reports whether the store talks to a Redis Cluster.
-func (s *Store) Cluster() bool { return s.client.Mode() == rueidis.ClientModeCluster }
+// Cluster reports whether the store talks to a Redis Cluster. Before the
+// store has connected it cannot tell, and reports false.
+func (s *Store) Cluster() bool {
+	l := s.link.Load()
+	return l != nil && l.client.Mode() == rueidis.ClientModeCluster
+}
 
 // scratch is the memory one Take builds its command in. Pooled, it makes
 // the keys and arguments of a Take cost one allocation: all their bytes
@@ -284,8 +319,8 @@ type scratch struct {
 
 // build fills keys and args for a take of cost to want tokens (see
 // lua/take.lua for the layout): a key per limit, then one argument,
-// "<cost> <want>;<limit>;<limit>...", and now in ms when it is not 0 (a
-// test clock).
+// "<cost> <want>;<limit>;<limit>...", a shadow limit ending in " shadow",
+// and now in ms when it is not 0 (a test clock).
 func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 	b, ends := sc.buf[:0], sc.ends[:0]
 	for i := range req.Limits {
@@ -305,6 +340,9 @@ func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 		b = strconv.AppendInt(b, l.PeriodMillis(), 10)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
+		if l.Shadow {
+			b = append(b, " shadow"...)
+		}
 	}
 	ends = append(ends, len(b))
 	if now != 0 {
@@ -374,6 +412,10 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	if s.closed.Load() {
 		return 0, limit.Decision{}, errClosed
 	}
+	l := s.link.Load()
+	if l == nil {
+		return 0, limit.Decision{}, s.errNotConnected()
+	}
 	cost := req.EffectiveCost()
 	want = max(want, cost)
 	var now int64 // 0 asks the script to read Redis's clock
@@ -385,7 +427,7 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	sc := s.scratch.Get().(*scratch)
 	defer s.putScratch(sc)
 	sc.build(s.prefix, req, now, want)
-	resp := s.exec(ctx, sc.keys, sc.args)
+	resp := s.exec(ctx, l, sc.keys, sc.args)
 	if err := resp.Error(); err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), classify(err), err)
 	}
@@ -399,14 +441,14 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 		} else {
 			var msgs []rueidis.RedisMessage
 			if msgs, err = msg.ToArray(); err == nil {
-				granted, sc.outs, err = parseReply(sc.outs[:0], msgs, len(req.Limits), cost, want)
+				granted, sc.outs, err = parseReply(sc.outs[:0], msgs, req.Limits, cost, want)
 			}
 		}
 	}
 	if err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), ErrReply, err)
 	}
-	d := limit.Decide(sc.outs)
+	d := limit.DecideRequest(sc.outs, req.Limits)
 	d.Source = limit.FromRedis
 	return granted, d, nil
 }
@@ -444,10 +486,12 @@ func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]l
 	return outs, nil
 }
 
-// parseReply checks the reply of a take of cost to want tokens for n
-// limits (see lua/take.lua) and converts it, so that limit.Decide combines
-// it as it does for every store. It returns the tokens granted.
-func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int, cost, want int64) (int64, []limit.Outcome, error) {
+// parseReply checks the reply of a take of cost to want tokens for limits
+// (see lua/take.lua) and converts it, so that limit.DecideRequest combines
+// it as it does for every store. It returns the tokens granted, which the
+// enforced limits alone decide.
+func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, limits []limit.Limit, cost, want int64) (int64, []limit.Outcome, error) {
+	n := len(limits)
 	if len(msgs) != 1+4*n {
 		return 0, outs, fmt.Errorf("reply has %d elements, want %d for %d limits", len(msgs), 1+4*n, n)
 	}
@@ -472,11 +516,11 @@ func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, n int, cost, 
 		case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
 			return 0, outs, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
 		}
-		allowedAll = allowedAll && allowed == 1
+		allowedAll = allowedAll && (allowed == 1 || limits[i].Shadow)
 		outs = append(outs, limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset})
 	}
 	if allowedAll && (granted < cost || granted > want) || !allowedAll && granted != 0 {
-		return 0, outs, fmt.Errorf("reply grants %d tokens (all limits allowed: %v) for a take of %d to %d", granted, allowedAll, cost, want)
+		return 0, outs, fmt.Errorf("reply grants %d tokens (all enforced limits allowed: %v) for a take of %d to %d", granted, allowedAll, cost, want)
 	}
 	return granted, outs, nil
 }

@@ -18,9 +18,10 @@ type topology struct {
 }
 
 // NodeAddr returns the address of the primary that served slot when the
-// store last read the cluster's slot map (at New, then at each
+// store last read the cluster's slot map (when it connected, then at each
 // RefreshNodes), or "" if no node served it then. On a standalone server
-// every slot is that server's. It does no I/O, so a per-node circuit
+// every slot is that server's. Before the store has connected, every slot
+// is on one unknown node, named by the seed addresses joined with commas. It does no I/O, so a per-node circuit
 // breaker may call it on every request: NodeAddr(Slot(key)).
 //
 // The client follows the cluster on its own (MOVED replies, lost
@@ -37,10 +38,21 @@ func (s *Store) NodeAddr(slot uint16) string {
 }
 
 // RefreshNodes reads the cluster's slot map again (CLUSTER SLOTS, from any
-// node) for NodeAddr. On a standalone server there is nothing to read.
+// node) for NodeAddr. On a standalone server there is nothing to read, and
+// neither before the store has connected: it reads the map when it
+// connects.
 func (s *Store) RefreshNodes(ctx context.Context) error {
+	l := s.link.Load()
+	if l == nil {
+		return nil
+	}
+	return s.readNodes(ctx, l)
+}
+
+// readNodes is RefreshNodes through l.
+func (s *Store) readNodes(ctx context.Context, l *link) error {
 	t := &topology{}
-	if !s.Cluster() {
+	if l.client.Mode() != rueidis.ClientModeCluster {
 		t.addrs = s.seeds[:1]
 		for i := range t.owner {
 			t.owner[i] = 1
@@ -48,7 +60,7 @@ func (s *Store) RefreshNodes(ctx context.Context) error {
 		s.topo.Store(t)
 		return nil
 	}
-	resp := s.client.Do(ctx, s.client.B().ClusterSlots().Build())
+	resp := l.client.Do(ctx, l.client.B().ClusterSlots().Build())
 	if err := resp.Error(); err != nil {
 		return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", classify(err), err)
 	}
@@ -120,8 +132,8 @@ func slotRow(row rueidis.RedisMessage, host string) (first, last int64, addr str
 // refreshEvery reads the slot map every interval until ctx ends. A failed
 // read keeps the last map: NodeAddr then names nodes as they were, which is
 // the best guess while the cluster is unreachable.
-func (s *Store) refreshEvery(ctx context.Context, every time.Duration) {
-	defer close(s.refreshDone)
+func (s *Store) refreshEvery(ctx context.Context, every time.Duration, done chan struct{}) {
+	defer close(done)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {

@@ -136,10 +136,15 @@ func (w *wires) dial(ctx context.Context, addr string, dialer *net.Dialer, cfg *
 		cfg = cfg.Clone()
 		cfg.ServerName = host
 	}
+	// rueidis dials without a deadline on its context: the handshake gets
+	// the dialer's, so that a server that never answers it (rediss:// at
+	// a plaintext port often does not) cannot hold a dial forever.
+	hctx, cancel := context.WithTimeout(ctx, orDefault(dialer.Timeout, defaultDialTimeout))
+	defer cancel()
 	tc := tls.Client(c, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	if err := tc.HandshakeContext(hctx); err != nil {
 		c.Close()
-		return nil, err
+		return nil, handshakeError(ctx, addr, dialer, err)
 	}
 	return tc, nil
 }

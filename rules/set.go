@@ -289,6 +289,10 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 				return fe(fmt.Sprintf("limits[%d].name", j), "%q is used twice in this rule", l.Name)
 			}
 		}
+		// A shadow rule's limits say so themselves, so that a store checks
+		// them in the same call as the enforced ones, apart and never
+		// refusing (limit.Limit.Shadow).
+		l.Shadow = c.shadow
 		c.limits = append(c.limits, l)
 	}
 	return c, nil
@@ -313,7 +317,8 @@ type Query struct {
 type Resolution struct {
 	// Limits are enforced: all must allow the request.
 	Limits []limit.Limit
-	// Shadow limits are checked and logged, never enforced.
+	// Shadow limits are checked and logged, never enforced; each has
+	// limit.Limit.Shadow set.
 	Shadow []limit.Limit
 	// Cost is the request's cost in tokens.
 	Cost int64

@@ -313,6 +313,9 @@ func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool)
 	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, len(req.Limits))}
 	for i, l := range req.Limits {
 		sl, ok := Scale(l, s.lookup(v, Pair{req.Key, l.Name}))
+		if !ok && l.Shadow {
+			sl, ok = l, true // a shadow limit never refuses
+		}
 		if !ok {
 			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: limit.FromRegionShare}, false
 		}

@@ -58,6 +58,9 @@ func (s *Store) record(req *limit.Request, asked, admitted int64) {
 	defer sh.mu.Unlock()
 	for i := range req.Limits {
 		l := &req.Limits[i]
+		if l.Shadow {
+			continue // tried out, not enforced: no share to balance
+		}
 		p := Pair{req.Key, l.Name}
 		c := sh.m[p]
 		if c == nil {

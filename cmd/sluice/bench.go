@@ -93,6 +93,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer p.Close()
+	if rs := p.Redis(); rs != nil && !rs.Connected() {
+		// The stack would start and answer locally; a benchmark of the
+		// local fallback labelled Redis would mislead.
+		return fmt.Errorf("bench: --redis %s: Redis cannot be reached", strings.Join(redisCfg.Addrs, ","))
+	}
 	limits := []limit.Limit{
 		{Name: "s", Count: *rate, Period: time.Second, Burst: 2 * *rate},
 		{Name: "m", Count: 50 * *rate, Period: time.Minute},

@@ -63,7 +63,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.StringVar(&opts.GatewayID, "gateway-id", "", "`name` of this gateway to the rules service; empty means $"+envGatewayID+", else host name and process ID")
 	fs.StringVar(&opts.Region, "region", "", "`region` this gateway serves, for the rules service's fleet count; empty means $"+envRegion)
 	redis := addRedisFlags(fs)
-	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "`address` to serve /metrics and /healthz on; empty serves no metrics")
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "`address` to serve /metrics, /healthz and /readyz on; empty serves no metrics")
 	fs.Func("trusted-proxy", "`CIDR`s, comma-separated, of proxies whose X-Forwarded-For is believed", func(s string) error {
 		opts.TrustedProxies = nil
 		for c := range strings.SplitSeq(s, ",") {
@@ -166,6 +166,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	store, err := pipeline.New(ctx, pcfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM or SIGINT while connecting: a stop asked for.
+			logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "gateway stopped while connecting to redis")
+			return nil
+		}
 		return fmt.Errorf("--redis: %w", err)
 	}
 	defer func() {
@@ -175,7 +180,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}()
 	if rs := store.Redis(); rs != nil {
 		mode := "standalone"
-		if rs.Cluster() {
+		switch {
+		case !rs.Connected():
+			mode = "unknown: not connected yet, limiting locally meanwhile"
+		case rs.Cluster():
 			mode = "cluster"
 		}
 		logger.LogAttrs(ctx, slog.LevelInfo, "counting in redis", slog.Any("addrs", opts.Redis.Addrs), slog.Bool("tls", opts.Redis.TLS != nil), slog.String("mode", mode))
@@ -201,12 +209,17 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	health := gateway.Health(src)
+	ready := gateway.Ready(store.Down)
 	limited := lim.Middleware(next)
 	api := handlers.track(func(w http.ResponseWriter, r *http.Request) {
 		// Not a ServeMux: it would redirect unclean paths the upstream
 		// should see as they are.
-		if r.URL.Path == "/healthz" {
+		switch r.URL.Path {
+		case "/healthz":
 			health.ServeHTTP(w, r)
+			return
+		case "/readyz":
+			ready.ServeHTTP(w, r)
 			return
 		}
 		limited.ServeHTTP(w, r)
@@ -237,6 +250,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
 		mux.Handle("/healthz", health)
+		mux.Handle("/readyz", ready)
 		servers = append(servers, server{gateway.NewServer(mux, logger), mln})
 		fmt.Fprintf(stdout, "sluice gateway: metrics on http://%s/metrics\n", mln.Addr())
 	}

@@ -100,12 +100,3 @@ func TestRedisSharedBurst(t *testing.T) {
 		})
 	}
 }
-
-func TestRedisUnreachableAtStart(t *testing.T) {
-	// A gateway told to use Redis that cannot reach it does not start
-	// with in-process counts by surprise: it says so and exits.
-	code, _, stderr := sluice.Run(t, "gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1")
-	if code != 1 || !strings.Contains(stderr, "--redis") {
-		t.Errorf("exit code %d, stderr %q; want 1 and the --redis flag named", code, stderr)
-	}
-}

@@ -75,6 +75,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "ftp://x"}, 1, `--upstream "ftp://x"`},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1", "--store-timeout", "3ms"}, 1, "--store-timeout 3ms is not above --redis-timeout 5ms"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1", "--redis-timeout", "50ms", "--store-timeout", "50ms"}, 1, "--store-timeout 50ms is not above --redis-timeout 50ms"},
+		// A gateway starts while Redis is down; a benchmark of it would
+		// measure the local fallback, so it does not.
+		{[]string{"bench", "--redis", "127.0.0.1:1"}, 1, "--redis 127.0.0.1:1: Redis cannot be reached"},
 	})
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-rl/sluice/gateway"
@@ -49,7 +51,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 		"envoyproxy/ratelimit's YAML configuration. See docs/envoy.md.",
 	)
 	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve gRPC on: the rate limit service and gRPC health checking")
-	fs.StringVar(&opts.HTTPListen, "http-listen", "", "`address` to serve the JSON endpoint (POST /json), /metrics and /healthz on; empty serves none")
+	fs.StringVar(&opts.HTTPListen, "http-listen", "", "`address` to serve the JSON endpoint (POST /json), /metrics, /healthz and /readyz on; empty serves none")
 	fs.StringVar(&opts.Config, "config", "", "envoyproxy/ratelimit configuration: a YAML `file`, or a directory of them (one domain each)")
 	fs.DurationVar(&opts.ReloadEvery, "reload-every", opts.ReloadEvery, "how often to look for configuration changes")
 	redis := addRedisFlags(fs)
@@ -101,6 +103,11 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
 	store, err := pipeline.New(ctx, pcfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM or SIGINT while connecting: a stop asked for.
+			logger.Info("rls stopped while connecting to redis")
+			return nil
+		}
 		return fmt.Errorf("--redis: %w", err)
 	}
 	// Closed last, once every call in flight has its answer.
@@ -133,11 +140,23 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		mux.Handle("/json", svc)
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+		mux.Handle("/readyz", gateway.Ready(store.Down))
 		httpServer = gateway.NewServer(mux, logger)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Health follows Redis: NOT_SERVING while a node is down. Stopped
+	// before the store closes (the deferred calls run last in, first out).
+	readiness := make(chan struct{})
+	go func() {
+		defer close(readiness)
+		followReadiness(ctx, health, store.Down, readinessEvery, logger)
+	}()
+	defer func() {
+		cancel()
+		<-readiness
+	}()
 	errc := make(chan error, 3)
 	go func() { watcher.Run(ctx, opts.ReloadEvery); errc <- nil }()
 	go func() {
@@ -152,7 +171,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			cancel()
 			errc <- err
 		}()
-		fmt.Fprintf(stdout, "sluice rls: JSON endpoint, /metrics and /healthz listening on http://%s\n", hln.Addr())
+		fmt.Fprintf(stdout, "sluice rls: JSON endpoint, /metrics, /healthz and /readyz listening on http://%s\n", hln.Addr())
 	}
 	httpAddr := ""
 	if hln != nil {
@@ -184,4 +203,43 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	logger.Info("rls stopped")
 	return first
+}
+
+// readinessEvery is how often the rls looks at Redis for its gRPC health.
+const readinessEvery = 500 * time.Millisecond
+
+// followReadiness sets h's status for the rate limit service and for the
+// whole server (the empty name) from down, every interval until ctx ends:
+// NOT_SERVING while down names a Redis node, SERVING otherwise. The
+// service still answers meanwhile, from local limits; health tells Envoy
+// and operators so, as /readyz does. Changes are logged.
+func followReadiness(ctx context.Context, h *health.Server, down func(context.Context) []string, every time.Duration, log *slog.Logger) {
+	serving := true
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, every)
+		nodes := down(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if now := len(nodes) == 0; now != serving {
+			serving = now
+			status := healthpb.HealthCheckResponse_SERVING
+			if !serving {
+				status = healthpb.HealthCheckResponse_NOT_SERVING
+				log.Warn("redis nodes down; health NOT_SERVING while limits are local", "down", nodes)
+			} else {
+				log.Info("redis answering; health SERVING")
+			}
+			h.SetServingStatus(rls.ServiceName, status)
+			h.SetServingStatus("", status)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

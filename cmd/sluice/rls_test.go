@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,9 +12,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -36,15 +33,7 @@ func TestRLSServesEnvoyOverRedis(t *testing.T) {
 	p := sluice.Start(t, "rls", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--config", config,
 		"--redis", redis.Addr(), "--redis-timeout", "2s", "--redis-down-after", "2s", "--max-queue", "5s", "--gateways", "1",
 		"--reload-every", "20ms", "--max-connection-age", "1m")
-	m := regexp.MustCompile(`grpc://(\S+)`).FindStringSubmatch(p.Stdout())
-	if m == nil {
-		t.Fatalf("stdout %q names no gRPC address", p.Stdout())
-	}
-	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialRLS(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

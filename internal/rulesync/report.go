@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -269,5 +268,5 @@ func (c *Client) Observe(e gateway.Event) {
 	// The store key ("k:" and the API key, or "ip:" and the address) goes
 	// to the service as it is; the service keeps it hashed the way the
 	// decision log writes it, unless its operator opts in to raw keys.
-	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, strings.TrimPrefix(e.Key, "shadow:"))
+	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, e.Key)
 }

@@ -110,10 +110,10 @@ func TestObserveCountsGatewayEvents(t *testing.T) {
 		// A request no enforced limit applied to counts as let through,
 		// so that a canary refusing such requests can be compared.
 		{Key: "ip:192.0.2.5"},
-		{Key: "shadow:k:key_a", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
-		{Key: "shadow:ip:192.0.2.9", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
-		{Key: "shadow:k:key_b", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: true}},
-		{Key: "shadow:k:key_c", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false, Index: 3}},
+		{Key: "k:key_a", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
+		{Key: "ip:192.0.2.9", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false}},
+		{Key: "k:key_b", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: true}},
+		{Key: "k:key_c", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false, Index: 3}},
 	}
 	for _, e := range events {
 		e.RulesVersion = 9

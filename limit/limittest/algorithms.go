@@ -147,26 +147,31 @@ func testMatchesModelMixed(t *testing.T, newStore Factory) {
 			limits[i] = limit.Limit{Name: fmt.Sprint("l", i), Count: 1 + rng.Int64N(12), Period: periods[rng.IntN(len(periods))],
 				Burst: rng.Int64N(15), Algorithm: limit.Algorithms[(int(seed)+i*rng.IntN(5))%len(limit.Algorithms)]}
 		}
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			clk := NewClock(start)
-			s := newStore(t, clk.Now)
-			key := uniqueKey(t, "k")
-			m := NewModel()
-			for step := range 250 {
-				clk.Advance(time.Duration(rng.IntN(120)) * time.Millisecond)
-				cost := int64(1)
-				if rng.IntN(4) == 0 {
-					cost = 1 + rng.Int64N(16)
-				}
-				// A subset of the limits, as rules that differ by endpoint would ask.
-				lo := rng.IntN(len(limits))
-				req := &limit.Request{Key: key, Cost: cost, Limits: limits[lo : lo+1+rng.IntN(len(limits)-lo)]}
-				want := m.Take(clk.Now().UnixMilli(), req)
-				if got := take(t, s, req); got != want {
-					t.Fatalf("step %d (cost %d, limits %v): store %+v, model %+v", step, cost, req.Limits, got, want)
-				}
-			}
-		})
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { matchModel(t, newStore, rng, limits, 250, 16) })
+	}
+}
+
+// matchModel sends steps random requests, each over a run of limits, as
+// rules that differ by endpoint would ask, through a new store and through
+// Model, and requires the same decision at every step. A quarter of the
+// requests cost up to maxCost, the others 1.
+func matchModel(t *testing.T, newStore Factory, rng *rand.Rand, limits []limit.Limit, steps int, maxCost int64) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	key := uniqueKey(t, "k")
+	m := NewModel()
+	for step := range steps {
+		clk.Advance(time.Duration(rng.IntN(120)) * time.Millisecond)
+		cost := int64(1)
+		if rng.IntN(4) == 0 {
+			cost = 1 + rng.Int64N(maxCost)
+		}
+		lo := rng.IntN(len(limits))
+		req := &limit.Request{Key: key, Cost: cost, Limits: limits[lo : lo+1+rng.IntN(len(limits)-lo)]}
+		want := m.Take(clk.Now().UnixMilli(), req)
+		if got := take(t, s, req); got != want {
+			t.Fatalf("step %d (cost %d, limits %v): store %+v, model %+v", step, cost, req.Limits, got, want)
+		}
 	}
 }
 

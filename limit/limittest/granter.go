@@ -169,7 +169,10 @@ func testGranterMatchesModel(t *testing.T, newStore GranterFactory) {
 			s := newStore(t, clk.Now)
 			rng := rand.New(rand.NewPCG(3, 4))
 			key := granterKey(t)
-			limits := []limit.Limit{l, {Name: "m", Count: 40, Period: time.Minute}, {Name: "t", Count: 3, Period: 250 * time.Millisecond, Burst: 5}}
+			// A shadow limit under the first one's name, tighter: its
+			// verdict, and its takes of the cost alone, must match too.
+			limits := []limit.Limit{l, {Name: "a", Count: 2, Period: time.Second, Burst: 3, Shadow: true},
+				{Name: "m", Count: 40, Period: time.Minute}, {Name: "t", Count: 3, Period: 250 * time.Millisecond, Burst: 5}}
 			m := granterModel{}
 			for step := range 300 {
 				clk.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
@@ -190,39 +193,51 @@ func testGranterMatchesModel(t *testing.T, newStore GranterFactory) {
 // smallest granted, all by limit.Evaluate over a map.
 type granterModel map[string]limit.State
 
-func (m granterModel) eval(now int64, req *limit.Request, cost int64) []limit.Outcome {
+func (m granterModel) eval(now int64, req *limit.Request, grant int64) []limit.Outcome {
 	outs := make([]limit.Outcome, len(req.Limits))
 	for i := range req.Limits {
-		st := m[req.Limits[i].BucketID()]
-		outs[i] = limit.Evaluate(&req.Limits[i], &st, now, cost)
+		l := &req.Limits[i]
+		st := m[l.BucketID()]
+		if l.Shadow {
+			// Shadow limits take the request's cost, whatever the grant.
+			outs[i] = limit.Evaluate(l, &st, now, req.EffectiveCost())
+		} else {
+			outs[i] = limit.Evaluate(l, &st, now, grant)
+		}
 	}
 	return outs
+}
+
+// keep stores the states of outs, limit by limit: the enforced limits'
+// when d allowed them, the shadow limits' when they all allowed.
+func (m granterModel) keep(req *limit.Request, outs []limit.Outcome, d limit.Decision) {
+	for i := range req.Limits {
+		if l := &req.Limits[i]; l.Shadow && d.Shadow.Allowed || !l.Shadow && d.Allowed {
+			m[l.BucketID()] = outs[i].Next
+		}
+	}
 }
 
 func (m granterModel) takeUpTo(now int64, req *limit.Request, want int64) (int64, limit.Decision) {
 	cost := req.EffectiveCost()
 	grant := max(want, cost)
-	for _, o := range m.eval(now, req, grant) {
-		if !o.Allowed {
+	for i, o := range m.eval(now, req, grant) {
+		if !o.Allowed && !req.Limits[i].Shadow {
 			grant = min(grant, o.Remaining)
 		}
 	}
 	if grant >= cost {
 		outs := m.eval(now, req, grant)
-		if d := limit.Decide(outs); d.Allowed {
-			for i := range req.Limits {
-				m[req.Limits[i].BucketID()] = outs[i].Next
-			}
+		if d := limit.DecideRequest(outs, req.Limits); d.Allowed {
+			m.keep(req, outs, d)
 			return grant, d
 		}
 	}
 	outs := m.eval(now, req, cost)
-	d := limit.Decide(outs)
+	d := limit.DecideRequest(outs, req.Limits)
+	m.keep(req, outs, d)
 	if !d.Allowed {
 		return 0, d
-	}
-	for i := range req.Limits {
-		m[req.Limits[i].BucketID()] = outs[i].Next
 	}
 	return cost, d
 }

@@ -34,6 +34,8 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("ConcurrentAlgorithms", func(t *testing.T) { testConcurrentAlgorithms(t, newStore) })
 	t.Run("MatchesModelMixed", func(t *testing.T) { testMatchesModelMixed(t, newStore) })
 	t.Run("RateChange", func(t *testing.T) { testRateChange(t, newStore) })
+	t.Run("Shadow", func(t *testing.T) { testShadow(t, newStore) })
+	t.Run("MatchesModelShadow", func(t *testing.T) { testMatchesModelShadow(t, newStore) })
 }
 
 // uniqueKey returns a key no other test uses, so stores may be shared.
@@ -273,20 +275,109 @@ type Model struct{ states map[string]limit.State }
 func NewModel() *Model { return &Model{states: map[string]limit.State{}} }
 
 // Take answers req at now (Unix ms) as a store must, and keeps the new
-// states when it is allowed. Unlike a store it never drops a state, so it
-// stays right when a clock steps back past a state's expiry. req.Key is
-// ignored: a Model holds one key.
+// states when it is allowed: the enforced limits' when they all allow it,
+// the shadow limits' (limit.Limit.Shadow) when they all do, each group
+// apart. Unlike a store it never drops a state, so it stays right when a
+// clock steps back past a state's expiry. req.Key is ignored: a Model
+// holds one key.
 func (m *Model) Take(now int64, req *limit.Request) limit.Decision {
 	outs := make([]limit.Outcome, len(req.Limits))
 	for i := range req.Limits {
 		st := m.states[req.Limits[i].BucketID()]
 		outs[i] = limit.Evaluate(&req.Limits[i], &st, now, req.EffectiveCost())
 	}
-	d := limit.Decide(outs)
-	if d.Allowed {
-		for i := range req.Limits {
-			m.states[req.Limits[i].BucketID()] = outs[i].Next
+	d := limit.DecideRequest(outs, req.Limits)
+	for i := range req.Limits {
+		if l := &req.Limits[i]; l.Shadow && d.Shadow.Allowed || !l.Shadow && d.Allowed {
+			m.states[l.BucketID()] = outs[i].Next
 		}
 	}
 	return d
+}
+
+// testShadow checks shadow limits (limit.Limit.Shadow) beside enforced
+// ones in one request: they never refuse, their verdict comes back in
+// Decision.Shadow, they count on buckets of their own even under an
+// enforced limit's name, and they take the cost whenever they all allow
+// it, whatever the enforced limits answered.
+func testShadow(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	key := uniqueKey(t, "k")
+	enforced := perSecond("s", 1, 3) // three, then one a second
+	tight := perSecond("s", 1, 1)    // the same name, tried out at one
+	tight.Shadow = true
+	other := limit.Limit{Name: "m", Count: 2, Period: time.Minute, Shadow: true}
+	req := &limit.Request{Key: key, Limits: []limit.Limit{enforced, tight, other}}
+	type want struct {
+		allowed          bool
+		remaining        int64
+		shadowAllowed    bool
+		shadowIndex      int
+		shadowRemaining  int64
+		shadowRetryAfter time.Duration
+	}
+	for i, w := range []want{
+		{true, 2, true, 1, 0, 0},             // both shadow limits take
+		{true, 1, false, 1, 0, time.Second},  // s (shadow) would refuse; m takes nothing either
+		{true, 0, false, 1, 0, time.Second},  // s (shadow) again; s (enforced) is empty now
+		{false, 0, false, 1, 0, time.Second}, // refused by s, and s (shadow) would have too
+	} {
+		d := take(t, s, req)
+		got := want{d.Allowed, d.Remaining, d.Shadow.Allowed, d.Shadow.Index, d.Shadow.Remaining, d.Shadow.RetryAfter}
+		if got != w || !d.Shadow.Checked || d.Index != 0 {
+			t.Fatalf("request %d: got %+v (index %d, checked %v), want %+v (index 0, checked)", i+1, got, d.Index, d.Shadow.Checked, w)
+		}
+	}
+	// A second later the shadow bucket holds one token again and takes it
+	// although the enforced limit refuses: a shadow bucket counts the
+	// traffic that arrives, not the traffic let through.
+	clk.Advance(time.Second)
+	if d := take(t, s, req); !d.Allowed || !d.Shadow.Allowed {
+		t.Fatalf("a second later: got %+v, want allowed and shadow allowed", d)
+	}
+	d := take(t, s, &limit.Request{Key: key, Limits: []limit.Limit{enforced}})
+	if d.Allowed || d.Shadow.Checked {
+		t.Fatalf("the enforced limit alone, emptied: got %+v, want refused with no shadow verdict", d)
+	}
+	d = take(t, s, &limit.Request{Key: key, Limits: []limit.Limit{other}})
+	if !d.Allowed || d.Index != -1 || !d.Shadow.Checked || d.Shadow.Allowed || d.Shadow.Index != 0 {
+		t.Fatalf("the shadow limit m alone, used twice: got %+v, want allowed, index -1, shadow refused at index 0", d)
+	}
+	// A cost no shadow limit can ever hold: still allowed by the enforced
+	// limit, shadow Never.
+	clk.Advance(time.Hour)
+	d = take(t, s, &limit.Request{Key: key, Cost: 2, Limits: []limit.Limit{enforced, tight}})
+	if !d.Allowed || d.Shadow.Allowed || d.Shadow.RetryAfter != limit.Never {
+		t.Fatalf("cost 2 over a shadow burst of 1: got %+v, want allowed, shadow refused for ever", d)
+	}
+	// A fail-closed shadow limit does not make the request fail closed.
+	fc := tight
+	fc.FailClosed = true
+	if i := (&limit.Request{Limits: []limit.Limit{enforced, fc}}).FailClosed(); i != -1 {
+		t.Errorf("FailClosed of a request whose only fail-closed limit is shadow: got %d, want -1", i)
+	}
+}
+
+// testMatchesModelShadow is testMatchesModelMixed with shadow limits:
+// random limits, some tried out in shadow under an enforced one's name,
+// random subsets of them per request, compared with Model at every step.
+func testMatchesModelShadow(t *testing.T, newStore Factory) {
+	periods := []time.Duration{10 * time.Millisecond, 250 * time.Millisecond, time.Second, time.Minute}
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		var limits []limit.Limit
+		for i := range 2 + rng.IntN(2) {
+			l := limit.Limit{Name: fmt.Sprint("l", i), Count: 1 + rng.Int64N(12), Period: periods[rng.IntN(len(periods))],
+				Burst: rng.Int64N(15), Algorithm: limit.Algorithms[(int(seed)+i)%len(limit.Algorithms)]}
+			limits = append(limits, l)
+			if rng.IntN(3) > 0 {
+				sh := l
+				sh.Shadow, sh.Count, sh.Burst = true, 1+rng.Int64N(6), rng.Int64N(8)
+				sh.Algorithm = limit.Algorithms[(int(seed)+i+1+rng.IntN(4))%len(limit.Algorithms)]
+				limits = append(limits, sh)
+			}
+		}
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { matchModel(t, newStore, rng, limits, 200, 10) })
+	}
 }

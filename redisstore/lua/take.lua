@@ -7,7 +7,7 @@
 -- keys[i]  the state of limit i: <prefix>{<encoded request key>}:<bucket id>
 -- args[1]   '<cost> <want>;<limit 1>;<limit 2>...', want at least cost (the
 --           most tokens to take), each limit '<algorithm> <count> <period
---           ms> <burst>'. One argument, parsed once per distinct text and
+--           ms> <burst>', and ' shadow' after it for a shadow limit. One argument, parsed once per distinct text and
 --           then found by it: each argument is a string Redis hands the
 --           call, and a fleet sends few distinct texts.
 -- args[2]   now in Unix ms, for a test clock only; without it the call
@@ -23,8 +23,16 @@
 -- - otherwise a flat array of integers: granted (0 when refused, else cost
 --   to want), then for each limit allowed (1/0), remaining, retry_ms,
 --   reset_ms.
--- Go combines the limits with limit.Decide, so both stores pick the limit
--- the headers describe alike.
+-- Go combines the limits with limit.DecideRequest, so both stores pick the
+-- limit the headers describe alike.
+--
+-- Shadow limits (a rule tried out before it is enforced) ride in the same
+-- call, under the same hash tag, so that a request costs one call
+-- whatever its rules. They are a group of their own: checked at the cost
+-- (never at want), written when they all allow it and never otherwise,
+-- whatever the enforced limits answered, and they never refuse: the grant
+-- and 'allowed' of the reply's first element are the enforced limits'
+-- alone. Each shadow limit's own answer is in the reply like any other.
 --
 -- A take is one call so that it is atomic: Redis runs it to the end before
 -- any other command, so two gateways can never both spend the last token,
@@ -85,7 +93,8 @@ local function redis_now()
 end
 
 -- spec returns limit i's parsed spec {algorithm function, count, period,
--- burst, is a token bucket, lean}, from SPECS or by parsing it. lean, from
+-- burst, is a token bucket, lean, is a shadow limit}, from SPECS or by
+-- parsing it. lean, from
 -- -8 to 8, says how this limit's buckets were recently found: a positive
 -- lean reads them with GET, the cheapest read of a bucket that exists; a
 -- lean of 0 or less with SET NX, which also writes one that does not (a
@@ -96,9 +105,9 @@ local function spec(text, i)
   if sp then
     return sp
   end
-  local name, count, period, burst = string.match(text, '^([%w_]+) (%d+) (%d+) (%d+)$')
-  if not name then
-    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. fmt('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>"'})
+  local name, count, period, burst, mode = string.match(text, '^([%w_]+) (%d+) (%d+) (%d+)(.*)$')
+  if not name or mode ~= '' and mode ~= ' shadow' then
+    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. fmt('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>[ shadow]"'})
   end
   local alg = ALGS[name]
   if not alg then
@@ -107,7 +116,7 @@ local function spec(text, i)
   if nspecs >= CACHE_MAX then
     SPECS, nspecs = {}, 0
   end
-  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0}
+  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0, mode ~= ''}
   SPECS[text], nspecs = sp, nspecs + 1
   return sp
 end
@@ -140,20 +149,30 @@ local function record(text)
   return r
 end
 
--- eval runs every limit's algorithm for a take of c tokens into OUT,
--- writing nothing, and returns 1 if all allowed, else 0.
-local function eval(keys, n, now, c)
-  local all = 1
+-- eval runs every limit's algorithm into OUT, writing nothing, for a take
+-- of c tokens from the enforced limits and of cost from the shadow ones.
+-- It returns 1 if every enforced limit allowed, else 0, then the same for
+-- the shadow limits.
+local function eval(keys, n, now, c, cost)
+  local all, sall = 1, 1
   for i = 1, n do
     local sp = LIM[i]
-    local allowed, remaining, retry, reset, value, ttl = sp[1](keys[i], now, c, sp[2], sp[3], sp[4], STORED[i], ELAPSED[i])
+    local take = c
+    if sp[7] then
+      take = cost
+    end
+    local allowed, remaining, retry, reset, value, ttl = sp[1](keys[i], now, take, sp[2], sp[3], sp[4], STORED[i], ELAPSED[i])
     if allowed ~= 1 then
-      all = 0
+      if sp[7] then
+        sall = 0
+      else
+        all = 0
+      end
     end
     local o = 6 * i - 5
     OUT[o], OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5] = allowed, remaining, retry, reset, value, ttl
   end
-  return all
+  return all, sall
 end
 
 -- read_bucket reads token bucket sp under key for a take of want tokens
@@ -269,7 +288,12 @@ local function general(keys, n, r, cost, want, now)
     local sp = r[3 + i]
     LIM[i] = sp
     if sp[5] then
-      FRESH[i], STORED[i], ELAPSED[i], LAST[i], TTL[i] = read_bucket(keys[i], sp, want, now)
+      -- A shadow bucket is only ever asked for the cost.
+      local w = want
+      if sp[7] then
+        w = cost
+      end
+      FRESH[i], STORED[i], ELAPSED[i], LAST[i], TTL[i] = read_bucket(keys[i], sp, w, now)
     else
       STORED[i] = false
       buckets = false
@@ -296,36 +320,48 @@ local function general(keys, n, r, cost, want, now)
   -- refusal reports the wait for this request. A plain take (want = cost)
   -- makes one pass.
   local grant = want
-  local all = eval(keys, n, now, grant)
+  local all, sall = eval(keys, n, now, grant, cost)
   if all ~= 1 and want > cost then
     for i = 1, n do
       local o = 6 * i - 5
-      if OUT[o] ~= 1 and OUT[o + 1] < grant then
+      if OUT[o] ~= 1 and OUT[o + 1] < grant and not LIM[i][7] then
         grant = OUT[o + 1]
       end
     end
     all = 0
     if grant >= cost then
-      all = eval(keys, n, now, grant)
+      all, sall = eval(keys, n, now, grant, cost)
     end
     if all ~= 1 then
-      all = eval(keys, n, now, cost)
+      all, sall = eval(keys, n, now, cost, cost)
     end
   end
 
-  -- All or nothing: states are written only when every limit allowed.
-  if all == 1 then
-    for i = 1, n do
+  -- All or nothing, each group apart: the enforced limits' states are
+  -- written only when every enforced limit allowed, the shadow limits'
+  -- only when every shadow limit did.
+  for i = 1, n do
+    local sp = LIM[i]
+    local ok = all
+    if sp[7] then
+      ok = sall
+    end
+    if ok == 1 then
       local value = OUT[6 * i - 1]
-      if FRESH[i] and grant == want then
+      if FRESH[i] and (sp[7] or grant == want) then
         -- SET NX wrote this value already.
-      elseif not LIM[i][5] and type(value) == 'function' then
+      elseif not sp[5] and type(value) == 'function' then
         value()
       else
         write(keys[i], value, OUT[6 * i], now)
       end
+    elseif FRESH[i] then
+      call('DEL', keys[i]) -- back to no bucket, a full one
+      FRESH[i] = false
     end
-    if buckets and grant == want then
+  end
+  if all == 1 then
+    if buckets and grant == want and sall == 1 then
       if n == 1 then
         return OUT[5]
       end
@@ -336,12 +372,6 @@ local function general(keys, n, r, cost, want, now)
     end
     REPLY[1] = grant
   else
-    for i = 1, n do
-      if FRESH[i] then
-        call('DEL', keys[i]) -- back to no bucket, a full one
-        FRESH[i] = false
-      end
-    end
     REPLY[1] = 0
   end
   for i = 1, n do
@@ -374,7 +404,7 @@ local function take(keys, args)
       return redis.error_reply('ERR sluice: now is ' .. fmt('%q', args[2]) .. ', not a number')
     end
   end
-  if n == 1 and r[4][5] and not test_clock then
+  if n == 1 and r[4][5] and not r[4][7] and not test_clock then
     -- One token bucket under Redis's clock, the usual call: no tables, and
     -- no error can follow a write.
     local sp, key = r[4], keys[1]
