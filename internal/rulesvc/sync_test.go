@@ -297,9 +297,9 @@ func TestCanary(t *testing.T) {
 			mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "plan", "match": map[string]any{"plan": "free"},
 				"limits": []map[string]any{{"name": "s", "rate": 10000, "per": "1s"}}}, 201, &plan)
 			f := startCanaryFleet(t, base, 4)
-			mustCall(t, base, "POST", "/admin/v1/rollout/promote", map[string]any{"reason": "the test's starting rules"}, 200, nil)
+			// The first rules skip the canary: nothing to compare with.
 			if got := stableVersion(t, base); got != plan.After.Version {
-				t.Fatalf("got stable version %d after promoting by hand, want %d", got, plan.After.Version)
+				t.Fatalf("got stable version %d after the first rules, want them, %d", got, plan.After.Version)
 			}
 			var all []*rulesync.Client
 			for _, id := range f.ids {
