@@ -25,7 +25,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP reloads what a command reloads, and ends no command.
+	ctx, stopHangups := catchHangups(ctx)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stopHangups()
 	stop()
 	os.Exit(code)
 }

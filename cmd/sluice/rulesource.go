@@ -42,12 +42,20 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 	case opts.RulesCache != "":
 		return nil, nil, errors.New("--rules-cache needs --rules-url")
 	case opts.Rules != "":
-		set, err := rules.LoadFile(opts.Rules)
+		f, err := newFileRules(opts.Rules, logger)
 		if err != nil {
 			return nil, nil, err
 		}
-		logger.LogAttrs(ctx, slog.LevelInfo, "rules loaded", slog.String("file", opts.Rules), slog.String("hash", set.Hash))
-		return gateway.StaticRules(set), func() {}, nil
+		logger.LogAttrs(ctx, slog.LevelInfo, "rules loaded; SIGHUP or a change of the file reloads them",
+			slog.String("file", opts.Rules), slog.String("hash", f.Current().Hash))
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		hangup := onHangup(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.run(runCtx, hangup)
+		}()
+		return f, func() { cancel(); <-done }, nil
 	}
 	set, err := rules.Parse(defaultRulesName, defaultRules)
 	if err != nil {
@@ -107,10 +115,14 @@ func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logg
 }
 
 // ruleSourceHooks returns what a rule source adds to the gateway: it
-// registers the source's metrics on reg, and returns the
+// registers the source's metrics on reg (the rules service's, or the
+// rules file's reloads), and returns the
 // gateway.Config.OnDecision that reports decisions to the rules service
 // (nil for sources that need none).
 func ruleSourceHooks(src gateway.RuleSource, reg prometheus.Registerer) (func(gateway.Event), error) {
+	if f, ok := src.(*fileRules); ok {
+		return nil, f.Register(reg)
+	}
 	c, ok := src.(*rulesync.Client)
 	if !ok {
 		return nil, nil
