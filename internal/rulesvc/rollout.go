@@ -80,10 +80,12 @@ const (
 // possible and the canary refuses more than threshold above the rest;
 // else promote once the window is over. A comparison needs MinSample of
 // weight on each side (see Side.Rate) and MinGateways distinct gateways
-// reporting, both sides together. compared says whether it was possible:
-// a promotion without it says so in its reason. It is pure, so tests drive
-// it with numbers.
-func judge(canary, rest Side, c Canary, windowOver bool) (v verdict, reason string, compared bool) {
+// reporting, both sides together. Without it at the window's end, the
+// canary keeps running while mayWait (the fleet is large enough for a
+// comparison and MaxWait has not passed), and is then promoted: compared
+// says whether the comparison was made, and a promotion without it says
+// so in its reason. It is pure, so tests drive it with numbers.
+func judge(canary, rest Side, c Canary, windowOver, mayWait bool) (v verdict, reason string, compared bool) {
 	need := float64(c.MinSample)
 	compared = canary.Gateways > 0 && rest.Gateways > 0 && canary.weight >= need && rest.weight >= need &&
 		canary.Gateways+rest.Gateways >= c.MinGateways
@@ -96,6 +98,9 @@ func judge(canary, rest Side, c Canary, windowOver bool) (v verdict, reason stri
 	}
 	if !windowOver {
 		return keepGoing, "", compared
+	}
+	if !compared && mayWait {
+		return keepGoing, "", false
 	}
 	if !compared {
 		return promote, fmt.Sprintf("canary window over, promoted WITHOUT COMPARISON: %s; a comparison needs %d requests "+
@@ -114,10 +119,12 @@ func (s *Service) evaluate(ctx context.Context) error {
 			canaries   []string
 			started    time.Time
 			windowOver bool
+			waitOver   bool
 		)
-		err := tx.QueryRow(ctx, `SELECT version, canaries, started_at, now() >= started_at + make_interval(secs => $1)
+		err := tx.QueryRow(ctx, `SELECT version, canaries, started_at, now() >= started_at + make_interval(secs => $1),
+				now() >= started_at + make_interval(secs => $1 + $2)
 			FROM rollouts WHERE state = 'canary' ORDER BY version DESC LIMIT 1 FOR UPDATE SKIP LOCKED`,
-			s.cfg.Canary.Window.Seconds()).Scan(&v, &canaries, &started, &windowOver)
+			s.cfg.Canary.Window.Seconds(), s.cfg.Canary.MaxWait.Seconds()).Scan(&v, &canaries, &started, &windowOver, &waitOver)
 		if isNoRows(err) {
 			return nil
 		}
@@ -140,7 +147,11 @@ func (s *Service) evaluate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		verd, reason, compared := judge(can, rest, s.cfg.Canary, windowOver)
+		// Waiting for samples helps only a fleet with enough gateways to
+		// compare, and a rest besides the canaries.
+		fleet := s.state.Load().fleet.Total
+		mayWait := !waitOver && fleet >= s.cfg.Canary.MinGateways && fleet > len(canaries)
+		verd, reason, compared := judge(can, rest, s.cfg.Canary, windowOver, mayWait)
 		st := map[verdict]string{halt: "halted", promote: "promoted"}[verd]
 		if st == "" {
 			return nil

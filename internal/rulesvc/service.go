@@ -124,8 +124,15 @@ type Canary struct {
 	Threshold float64
 	// MinSample is how many requests each side must have reported before
 	// their rates are compared, and the most one gateway's requests weigh
-	// in its side's rate. Zero means 1000.
+	// in its side's rate. Zero means 200: against the default threshold of
+	// 0.05 that is about three standard errors at a 5% refusal rate.
 	MinSample int64
+	// MaxWait is how long past Window a canary without enough samples for
+	// a comparison keeps running, waiting for them, before it is promoted
+	// without comparison. It is not waited when the fleet has fewer than
+	// MinGateways gateways, or none beside the canaries: waiting cannot
+	// help. Zero means 30 seconds; negative means no wait.
+	MaxWait time.Duration
 	// MinGateways is how many distinct gateways, both sides together, must
 	// have reported before the rates are compared. Zero means 3.
 	MinGateways int
@@ -170,8 +177,10 @@ func (c *Config) setDefaults() error {
 		c.Canary.Threshold = 0.05
 	}
 	if c.Canary.MinSample == 0 {
-		c.Canary.MinSample = 1000
+		c.Canary.MinSample = 200
 	}
+	def(&c.Canary.MaxWait, 30*time.Second)
+	c.Canary.MaxWait = max(c.Canary.MaxWait, 0)
 	if c.Canary.MinGateways == 0 {
 		c.Canary.MinGateways = 3
 	}
