@@ -8,9 +8,13 @@
 // table; the same transaction writes the snapshot, its rollout and an audit
 // row, and NOTIFYs every replica, which then wakes its waiting gateways.
 // A new version first goes to a canary of about one gateway in a hundred;
-// it is promoted after the canary window unless the canary's refusal rate
-// rises above the rest's, which halts it. Emergency overrides skip the
-// canary.
+// it is promoted after the canary window (4 s by default, so that a change
+// reaches every gateway within 10 s) unless the canary's refusal rate
+// rises above the rest's, which halts it. Each gateway weighs at most one
+// full sample in that comparison, and a report counting more than a
+// gateway can serve is refused, so made-up gateways cannot decide it.
+// Emergency overrides, and the first rules of a fleet that enforces none,
+// skip the canary.
 //
 // Several replicas may run over one database: all state lives there, and
 // PostgreSQL's NOTIFY tells each replica when it changed.
