@@ -90,15 +90,16 @@ func TestGatewayReloadsRulesFile(t *testing.T) {
 }
 
 // SIGHUP ends no command: sluice rls rereads its configuration, and a
-// gateway without a rules file carries on.
+// gateway without a rules file and the balancer carry on.
 func TestSIGHUPEndsNoCommand(t *testing.T) {
 	t.Parallel()
 	config := writeFile(t, "rls.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
 	rls := sluice.Start(t, "rls", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--config", config)
 	gw := sluice.Start(t, "gateway", "--listen", "127.0.0.1:0")
+	bal := sluice.Start(t, "balancer", "--listen", "127.0.0.1:0", "--regions", "us,eu", "--trusted-network")
 	for _, p := range []interface {
 		Signal(testing.TB, os.Signal)
-	}{rls, gw} {
+	}{rls, gw, bal} {
 		p.Signal(t, syscall.SIGHUP)
 	}
 	waitFor(t, func() bool {
@@ -110,5 +111,8 @@ func TestSIGHUPEndsNoCommand(t *testing.T) {
 	}
 	if resp, _ := get(t, "GET", rls.URL+"/healthz"); resp.StatusCode != 200 {
 		t.Errorf("rls after SIGHUP: got %d, want 200", resp.StatusCode)
+	}
+	if resp, _ := get(t, "GET", bal.URL+"/metrics"); resp.StatusCode != 200 {
+		t.Errorf("balancer after SIGHUP: got %d, want 200", resp.StatusCode)
 	}
 }
