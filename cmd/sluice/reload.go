@@ -78,6 +78,28 @@ func onHangup(ctx context.Context) <-chan struct{} {
 	return c
 }
 
+// logHangups logs msg at each SIGHUP until stop is called, for a part of a
+// command that has nothing to reload: whoever sent it sees it was received.
+func logHangups(ctx context.Context, logger *slog.Logger, msg string) (stop func()) {
+	hangup := onHangup(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hangup:
+				logger.Info(msg)
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 // reloadRLSOnHangup reloads the rls configuration at each SIGHUP until ctx
 // is done; its Watcher also polls the files every --reload-every.
 func reloadRLSOnHangup(ctx context.Context, w *rls.Watcher, logger *slog.Logger) {

@@ -38,7 +38,8 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 		if err != nil {
 			return nil, nil, err
 		}
-		return c, stop, nil
+		stopLog := logHangups(ctx, logger, "SIGHUP: rules come from the rules service, which pushes every change; nothing to reload")
+		return c, func() { stopLog(); stop() }, nil
 	case opts.RulesCache != "":
 		return nil, nil, errors.New("--rules-cache needs --rules-url")
 	case opts.Rules != "":
@@ -62,7 +63,7 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 		return nil, nil, err
 	}
 	logger.LogAttrs(ctx, slog.LevelInfo, "using the built-in demo rules; pass --rules FILE for your own", slog.String("hash", set.Hash))
-	return gateway.StaticRules(set), func() {}, nil
+	return gateway.StaticRules(set), logHangups(ctx, logger, "SIGHUP: the built-in demo rules have no file to reload"), nil
 }
 
 // newServiceRules follows the rules service at opts.RulesURL until the
