@@ -35,6 +35,16 @@ func catchHangups(ctx context.Context) (_ context.Context, stop func()) {
 	h := &hangups{}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGHUP)
+	stopLoop := each(sig, h.broadcast)
+	return context.WithValue(ctx, hangupsKey{}, h), func() {
+		signal.Stop(sig)
+		stopLoop()
+	}
+}
+
+// each calls f for every value c receives, in a goroutine of its own,
+// until stop is called; stop returns once f no longer runs.
+func each[T any](c <-chan T, f func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -42,13 +52,12 @@ func catchHangups(ctx context.Context) (_ context.Context, stop func()) {
 			select {
 			case <-done:
 				return
-			case <-sig:
-				h.broadcast()
+			case <-c:
+				f()
 			}
 		}
 	})
-	return context.WithValue(ctx, hangupsKey{}, h), func() {
-		signal.Stop(sig)
+	return func() {
 		close(done)
 		wg.Wait()
 	}
@@ -81,23 +90,7 @@ func onHangup(ctx context.Context) <-chan struct{} {
 // logHangups logs msg at each SIGHUP until stop is called, for a part of a
 // command that has nothing to reload: whoever sent it sees it was received.
 func logHangups(ctx context.Context, logger *slog.Logger, msg string) (stop func()) {
-	hangup := onHangup(ctx)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-hangup:
-				logger.Info(msg)
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return each(onHangup(ctx), func() { logger.Info(msg) })
 }
 
 // reloadRLSOnHangup reloads the rls configuration at each SIGHUP until ctx
