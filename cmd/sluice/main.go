@@ -7,6 +7,7 @@
 //	sluice rls [flags]       serve Envoy's rate limit service
 //	sluice balancer [flags]  run the quota balancer between regions
 //	sluice bench [flags]     measure decision latency and throughput
+//	sluice check FILE        validate a rules file or an Envoy configuration
 //	sluice plan [flags]      size a deployment from traffic figures
 //
 // Run "sluice COMMAND -h" for a command's flags.
@@ -25,7 +26,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP reloads what a command reloads, and ends no command.
+	ctx, stopHangups := catchHangups(ctx)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stopHangups()
 	stop()
 	os.Exit(code)
 }
@@ -44,6 +48,7 @@ func commands() []command {
 		{"rls", "serve Envoy's rate limit service (gRPC) from envoyproxy/ratelimit's configuration", runRLS},
 		{"balancer", "run the quota balancer: each region's share of global limits follows its traffic", runBalancer},
 		{"bench", "measure decision latency and throughput of a store or a running gateway", runBench},
+		{"check", "validate a rules file or an Envoy rate limit configuration without starting anything", runCheck},
 		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runPlan(args, stdout, stderr)
 		}},

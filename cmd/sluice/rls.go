@@ -159,6 +159,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}()
 	errc := make(chan error, 3)
 	go func() { watcher.Run(ctx, opts.ReloadEvery); errc <- nil }()
+	go reloadRLSOnHangup(ctx, watcher, logger)
 	go func() {
 		err := grpcServer.Serve(ln)
 		cancel()

@@ -57,9 +57,9 @@ func TestRulesFlagDefaults(t *testing.T) {
 	}
 	c := o.cfg
 	got := []any{o.listen, c.Schema, c.MaxOverride, c.PollTimeout, c.GatewayTTL, c.Canary.Fraction, c.Canary.Window, c.Canary.MinSample,
-		c.TrustedNetwork, c.MaxGateways, c.GatewayRetention, c.ReportRate, c.ShadowRawKeys}
-	want := []any{"127.0.0.1:8081", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 10 * time.Minute, int64(1000),
-		false, 256, time.Hour, 1.0, false}
+		c.TrustedNetwork, c.MaxGateways, c.GatewayRetention, c.ReportRate, c.ShadowRawKeys, c.Canary.MinGateways, c.MaxGatewayRate, c.Canary.MaxWait}
+	want := []any{"127.0.0.1:8081", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 4 * time.Second, int64(200),
+		false, 256, time.Hour, 1.0, false, 3, 100_000.0, 30 * time.Second}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("default %d: got %v, want %v", i, got[i], want[i])

@@ -38,23 +38,32 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 		if err != nil {
 			return nil, nil, err
 		}
-		return c, stop, nil
+		stopLog := logHangups(ctx, logger, "SIGHUP: rules come from the rules service, which pushes every change; nothing to reload")
+		return c, func() { stopLog(); stop() }, nil
 	case opts.RulesCache != "":
 		return nil, nil, errors.New("--rules-cache needs --rules-url")
 	case opts.Rules != "":
-		set, err := rules.LoadFile(opts.Rules)
+		f, err := newFileRules(opts.Rules, logger)
 		if err != nil {
 			return nil, nil, err
 		}
-		logger.LogAttrs(ctx, slog.LevelInfo, "rules loaded", slog.String("file", opts.Rules), slog.String("hash", set.Hash))
-		return gateway.StaticRules(set), func() {}, nil
+		logger.LogAttrs(ctx, slog.LevelInfo, "rules loaded; SIGHUP or a change of the file reloads them",
+			slog.String("file", opts.Rules), slog.String("hash", f.Current().Hash))
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		hangup := onHangup(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.run(runCtx, hangup)
+		}()
+		return f, func() { cancel(); <-done }, nil
 	}
 	set, err := rules.Parse(defaultRulesName, defaultRules)
 	if err != nil {
 		return nil, nil, err
 	}
 	logger.LogAttrs(ctx, slog.LevelInfo, "using the built-in demo rules; pass --rules FILE for your own", slog.String("hash", set.Hash))
-	return gateway.StaticRules(set), func() {}, nil
+	return gateway.StaticRules(set), logHangups(ctx, logger, "SIGHUP: the built-in demo rules have no file to reload"), nil
 }
 
 // newServiceRules follows the rules service at opts.RulesURL until the
@@ -107,10 +116,14 @@ func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logg
 }
 
 // ruleSourceHooks returns what a rule source adds to the gateway: it
-// registers the source's metrics on reg, and returns the
+// registers the source's metrics on reg (the rules service's, or the
+// rules file's reloads), and returns the
 // gateway.Config.OnDecision that reports decisions to the rules service
 // (nil for sources that need none).
 func ruleSourceHooks(src gateway.RuleSource, reg prometheus.Registerer) (func(gateway.Event), error) {
+	if f, ok := src.(*fileRules); ok {
+		return nil, f.Register(reg)
+	}
 	c, ok := src.(*rulesync.Client)
 	if !ok {
 		return nil, nil

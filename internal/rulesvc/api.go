@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
 // apiError is an error with the HTTP status and the field it is about. One
@@ -134,6 +136,14 @@ type Token struct {
 	// the token that registered it while it lives: another token cannot
 	// poll or report as it.
 	MaxGateways int `yaml:"max_gateways,omitempty"`
+	// Gateway, for a token of RoleGateway, is the one gateway ID the token
+	// may poll and report as: a per-gateway credential, so that a leaked
+	// token speaks for one gateway, not for max_gateways of them. Empty
+	// means any IDs, up to MaxGateways.
+	Gateway string `yaml:"gateway,omitempty"`
+	// Region, for a token of RoleGateway, is the one region its gateways
+	// may poll and report as. Empty means any.
+	Region string `yaml:"region,omitempty"`
 }
 
 // token is a Token with its secret hashed, so comparisons take the same
@@ -142,7 +152,9 @@ type token struct {
 	name        string
 	sum         [32]byte
 	role        Role
-	maxGateways int // for RoleGateway
+	maxGateways int    // for RoleGateway
+	gateway     string // the only gateway ID it may use; "" for any
+	region      string // the only region it may use; "" for any
 }
 
 func checkTokens(ts []Token) error {
@@ -159,6 +171,15 @@ func checkTokens(ts []Token) error {
 			return fmt.Errorf("rulesvc: token %s: secret is used by another token", t.Name)
 		case t.MaxGateways < 0 || (t.MaxGateways > 0 && t.Role != RoleGateway):
 			return fmt.Errorf("rulesvc: token %s: max_gateways %d: want a positive bound, on a gateway token only", t.Name, t.MaxGateways)
+		case (t.Gateway != "" || t.Region != "") && t.Role != RoleGateway:
+			return fmt.Errorf("rulesvc: token %s: gateway and region bind a gateway token only, not one of role %s", t.Name, t.Role)
+		case t.Gateway != "" && t.MaxGateways > 1:
+			return fmt.Errorf("rulesvc: token %s: bound to gateway %q, so max_gateways %d cannot be above 1", t.Name, t.Gateway, t.MaxGateways)
+		}
+		if t.Gateway != "" {
+			if err := rulesapi.CheckGatewayID(t.Gateway); err != nil {
+				return fmt.Errorf("rulesvc: token %s: %w", t.Name, err)
+			}
 		}
 		seen[t.Secret] = true
 	}
@@ -168,8 +189,12 @@ func checkTokens(ts []Token) error {
 func compileTokens(ts []Token, maxGateways int) (out []token, gatewayOpen bool) {
 	gatewayOpen = true
 	for _, t := range ts {
-		out = append(out, token{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), role: t.Role,
-			maxGateways: cmp.Or(t.MaxGateways, maxGateways)})
+		tk := token{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), role: t.Role,
+			maxGateways: cmp.Or(t.MaxGateways, maxGateways), gateway: t.Gateway, region: t.Region}
+		if tk.gateway != "" {
+			tk.maxGateways = 1
+		}
+		out = append(out, tk)
 		if t.Role == RoleGateway {
 			gatewayOpen = false
 		}

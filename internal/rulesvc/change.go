@@ -1,6 +1,7 @@
 package rulesvc
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -126,11 +127,22 @@ func compileError(err error, b *built, out outcome) error {
 // follows as the next canary.
 func (s *Service) publish(ctx context.Context, tx pgx.Tx, b *built, emergency bool) (Published, error) {
 	if s.cfg.Canary.Disabled {
-		v, err := s.startRollout(ctx, tx, b, "promoted", emergency)
+		v, err := s.startRollout(ctx, tx, b, "promoted", emergency, "")
 		return Published{Version: v, Rollout: "promoted"}, err
 	}
 	if !emergency {
-		v, err := s.startRollout(ctx, tx, b, "canary", false)
+		first, err := stableHasNoRules(ctx, tx)
+		if err != nil {
+			return Published{}, err
+		}
+		if first {
+			// The fleet enforces nothing yet: a canary would compare the
+			// new rules' refusals with "nothing refused", and leave the rest
+			// of the fleet without limits for its window.
+			v, err := s.startRollout(ctx, tx, b, "promoted", false, firstRulesReason)
+			return Published{Version: v, Rollout: "promoted"}, err
+		}
+		v, err := s.startRollout(ctx, tx, b, "canary", false, "")
 		return Published{Version: v, Rollout: "canary"}, err
 	}
 	var stableDoc []byte
@@ -149,21 +161,42 @@ func (s *Service) publish(ctx context.Context, tx pgx.Tx, b *built, emergency bo
 		return Published{}, fmt.Errorf("lay overrides over the stable snapshot: %w", err)
 	}
 	if e.set.Hash == b.set.Hash {
-		v, err := s.startRollout(ctx, tx, b, "promoted", true)
+		v, err := s.startRollout(ctx, tx, b, "promoted", true, "")
 		return Published{Version: v, Rollout: "promoted"}, err
 	}
-	ev, err := s.startRollout(ctx, tx, e, "promoted", true)
+	ev, err := s.startRollout(ctx, tx, e, "promoted", true, "")
 	if err != nil {
 		return Published{}, err
 	}
-	v, err := s.startRollout(ctx, tx, b, "canary", false)
+	v, err := s.startRollout(ctx, tx, b, "canary", false, "")
 	return Published{Version: v, Rollout: "canary", Emergency: ev}, err
+}
+
+// firstRulesReason is the reason of a rollout promoted without a canary
+// because the stable version had no rules.
+const firstRulesReason = "first rules: the stable version enforces no rules, so there is nothing to compare a canary with"
+
+// stableHasNoRules reports whether the stable snapshot holds no rules, as
+// a new database's version 1 does (keys and endpoints limit nothing).
+func stableHasNoRules(ctx context.Context, tx pgx.Tx) (bool, error) {
+	var n int
+	err := tx.QueryRow(ctx, `SELECT CASE jsonb_typeof(s.document->'rules') WHEN 'array' THEN jsonb_array_length(s.document->'rules') ELSE 0 END
+		FROM snapshots s
+		WHERE s.version = (SELECT max(version) FROM rollouts WHERE state = 'promoted')`).Scan(&n)
+	if isNoRows(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read stable snapshot: %w", err)
+	}
+	return n == 0, nil
 }
 
 // startRollout inserts b as a snapshot with a rollout in the given state,
 // "canary" or "promoted". Either ends a running canary: a newer canary
-// replaces it, and a promoted version would otherwise sit below it.
-func (s *Service) startRollout(ctx context.Context, tx pgx.Tx, b *built, st string, emergency bool) (int64, error) {
+// replaces it, and a promoted version would otherwise sit below it. reason
+// says why a promoted one skipped the canary; "" means the usual reason.
+func (s *Service) startRollout(ctx context.Context, tx pgx.Tx, b *built, st string, emergency bool, reason string) (int64, error) {
 	v, err := b.insert(ctx, tx)
 	if err != nil {
 		return 0, err
@@ -174,7 +207,7 @@ func (s *Service) startRollout(ctx context.Context, tx pgx.Tx, b *built, st stri
 	}
 	if st == "promoted" {
 		_, err := tx.Exec(ctx, `INSERT INTO rollouts (version, state, emergency, decided_at, reason)
-			VALUES ($1, 'promoted', $2, now(), $3)`, v, emergency, promotedReason(emergency))
+			VALUES ($1, 'promoted', $2, now(), $3)`, v, emergency, cmp.Or(reason, promotedReason(emergency)))
 		if err != nil {
 			return 0, fmt.Errorf("insert rollout %d: %w", v, err)
 		}

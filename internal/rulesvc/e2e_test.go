@@ -1,16 +1,22 @@
 package rulesvc_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/rulesapi"
+	"github.com/sluice-rl/sluice/internal/rulesvc"
 )
 
 // The end-to-end tests run the real binary: rules service replicas and
@@ -289,4 +295,121 @@ func TestE2EGatewayIdentityFlags(t *testing.T) {
 		mustCall(t, svc.URL, "GET", "/admin/v1/fleet", nil, 200, &res)
 		return res.Fleet.Regions["ap"] == 1 && len(res.Gateways) == 1 && res.Gateways[0].ID == "gw-flagged"
 	})
+}
+
+// The design's promise under sluice's own defaults: a rule change made
+// through the admin API is enforced on every gateway within 10 s, canary
+// included, and a change that refuses nearly everything is still halted by
+// the canary. The service runs with no flag but where to run: canary
+// window, samples and gateways are the defaults.
+func TestE2ERuleChangeWithin10sOnDefaultFlags(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	svc := sluice.StartEnv(t, []string{"SLUICE_WRITE_TOKEN=" + writeToken, "SLUICE_READ_TOKEN=" + readToken,
+		"SLUICE_GATEWAY_TOKEN=" + gatewayToken},
+		"rules", "--postgres", postgresDSN(), "--schema", schema, "--listen", "127.0.0.1:0")
+	base := svc.URL
+	ruleID := seedFree(t, base)
+	// The first rules go to every gateway at once: there is nothing to
+	// compare a canary with.
+	stable := stableVersion(t, base)
+	if ro := rolloutOf(t, base, stable); ro.State != "promoted" || !strings.Contains(ro.Reason, "first rules") {
+		t.Fatalf("first rules: got rollout %s %q, want promoted as the first rules", ro.State, ro.Reason)
+	}
+	dir := t.TempDir()
+	var gws []*proctest.Process
+	for i := range 3 {
+		gws = append(gws, startGateway(t, fmt.Sprintf("gw-%d", i), base, filepath.Join(dir, fmt.Sprintf("gw-%d.json", i))))
+	}
+	waitGatewayVersion(t, stable, gws...)
+	// A gateway counts once it has reported, one report interval (5 s)
+	// after it starts.
+	eventually(t, 20*time.Second, "a fleet of 3", func() bool {
+		var res struct{ Fleet rulesapi.Fleet }
+		mustCall(t, base, "GET", "/admin/v1/fleet", nil, 200, &res)
+		return res.Fleet.Total == 3
+	})
+
+	// Traffic on every gateway, a request every few milliseconds each,
+	// so that the canary has samples and the rest a baseline.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, gw := range gws {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", gw.URL+"/v1/items", nil)
+				req.Header.Set("X-API-Key", "key_free")
+				if resp, err := client.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				time.Sleep(4 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(6 * time.Second) // every gateway reports its traffic once
+
+	// A harmless change: on every gateway within 10 s.
+	sent := time.Now()
+	var res struct{ Snapshot rulesvc.Published }
+	mustCall(t, base, "PUT", fmt.Sprintf("/admin/v1/rules/%d", ruleID), map[string]any{"scope": "plan",
+		"match": map[string]any{"plan": "free"}, "limits": []map[string]any{{"name": "s", "rate": 2000, "per": "1s"}}}, 200, &res)
+	good := res.Snapshot.Version
+	if res.Snapshot.Rollout != "canary" {
+		t.Fatalf("got rollout %q, want canary", res.Snapshot.Rollout)
+	}
+	canaryAt := time.Duration(0)
+	eventually(t, 30*time.Second, fmt.Sprintf("every gateway at version %d", good), func() bool {
+		n := 0
+		for _, gw := range gws {
+			if rulesVersion(t, gw) >= good {
+				n++
+			}
+		}
+		if n > 0 && canaryAt == 0 {
+			canaryAt = time.Since(sent)
+		}
+		return n == len(gws)
+	})
+	took := time.Since(sent)
+	ro := rolloutOf(t, base, good)
+	t.Logf("harmless change: version %d on its canary after %v, on all %d gateways after %v; %s (compared %v)",
+		good, canaryAt, len(gws), took, ro.Reason, *ro.Compared)
+	if took > 10*time.Second {
+		t.Errorf("the change reached every gateway after %v, beyond the 10 s the design promises", took)
+	}
+	if ro.State != "promoted" || !*ro.Compared {
+		t.Errorf("got rollout %s compared %v, want promoted after a comparison: %s", ro.State, *ro.Compared, ro.Reason)
+	}
+
+	// A change that refuses nearly everything: halted, and the canary
+	// back on the version before it.
+	sent = time.Now()
+	mustCall(t, base, "PUT", fmt.Sprintf("/admin/v1/rules/%d", ruleID), map[string]any{"scope": "plan",
+		"match": map[string]any{"plan": "free"}, "limits": []map[string]any{{"name": "s", "rate": 1, "per": "1m"}}}, 200, &res)
+	bad := res.Snapshot.Version
+	eventually(t, 60*time.Second, "the bad change decided", func() bool { return rolloutOf(t, base, bad).State != "canary" })
+	decided := time.Since(sent)
+	ro = rolloutOf(t, base, bad)
+	t.Logf("refusing change: version %d %s after %v: %s", bad, ro.State, decided, ro.Reason)
+	if ro.State != "halted" {
+		t.Fatalf("got rollout %s, want halted: %s", ro.State, ro.Reason)
+	}
+	eventually(t, 10*time.Second, "every gateway back on the harmless version", func() bool {
+		for _, gw := range gws {
+			if rulesVersion(t, gw) != good {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	wg.Wait()
+	for i, gw := range gws {
+		if got := statuses(t, gw, "key_free", 2); fmt.Sprint(got) != "[200 200]" {
+			t.Errorf("gateway %d after the halt: got %v, want [200 200]", i, got)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok toke
 		return badRequest("gateway", "%v", err)
 	}
 	if err := checkRegion(region); err != nil {
+		return err
+	}
+	if err := tok.binds(gw, region); err != nil {
 		return err
 	}
 	var have int64
@@ -170,6 +174,20 @@ func (s *Service) register(ctx context.Context, tok token, gw, region string, ve
 	return nil
 }
 
+// binds refuses a gateway ID or region that a per-gateway token is not
+// bound to.
+func (tok token) binds(gw, region string) error {
+	switch {
+	case tok.gateway != "" && gw != tok.gateway:
+		return &apiError{status: http.StatusForbidden, field: "gateway",
+			msg: fmt.Sprintf("token %s is bound to gateway %q; it cannot poll or report as %q", tok.name, tok.gateway, gw)}
+	case tok.region != "" && region != tok.region:
+		return &apiError{status: http.StatusForbidden, field: "region",
+			msg: fmt.Sprintf("token %s is bound to region %q; it cannot poll or report as region %q", tok.name, tok.region, region)}
+	}
+	return nil
+}
+
 func tokenLabel(tok token) string {
 	if tok.name == "" {
 		return "the trusted network"
@@ -195,7 +213,17 @@ func (s *Service) serveReport(w http.ResponseWriter, r *http.Request, tok token)
 	if err != nil {
 		return err
 	}
-	if err := s.spendReport(r.Context(), w, tok, rep.Gateway); err != nil {
+	if err := tok.binds(rep.Gateway, rep.Region); err != nil {
+		return err
+	}
+	if err := s.checkVersionsExist(r.Context(), &rep); err != nil {
+		return err
+	}
+	var requests int64
+	for _, v := range rep.Versions {
+		requests += v.Requests // at most 16 counts of 2^40: no overflow
+	}
+	if err := s.spendReport(r.Context(), w, tok, &rep, requests); err != nil {
 		return err
 	}
 	batch := &pgx.Batch{}
@@ -337,23 +365,60 @@ func checkReportKey(k string) error {
 	return nil
 }
 
-// spendReport takes one report from the gateway's bucket. It refuses a
-// gateway that has not polled under tok (409 or 403), and one over its
-// report rate (429, with Retry-After).
-func (s *Service) spendReport(ctx context.Context, w http.ResponseWriter, tok token, gw string) error {
+// checkVersionsExist refuses a report of a snapshot version the service
+// never made: no gateway can have decided under it.
+func (s *Service) checkVersionsExist(ctx context.Context, rep *rulesapi.Report) error {
+	if len(rep.Versions) == 0 {
+		return nil
+	}
+	vs := make([]int64, len(rep.Versions))
+	for i, v := range rep.Versions {
+		vs[i] = v.Version
+	}
+	rows, err := s.pool.Query(ctx, `SELECT version FROM snapshots WHERE version = ANY($1)`, vs)
+	if err != nil {
+		return fmt.Errorf("report of gateway %s: read versions: %w", rep.Gateway, err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("report of gateway %s: read versions: %w", rep.Gateway, err)
+	}
+	for i, v := range vs {
+		if !slices.Contains(found, v) {
+			s.metrics.refusedReports.Inc()
+			return badRequest(fmt.Sprintf("versions[%d].version", i), "snapshot version %d does not exist: "+
+				"a gateway reports only versions the service sent", v)
+		}
+	}
+	return nil
+}
+
+// spendReport takes one report from the gateway's bucket and records it.
+// It refuses a gateway that has not polled under tok (409 or 403), a
+// report naming another region than the gateway's polls (400), one
+// counting more requests than the gateway could have decided since its
+// previous report at Config.MaxGatewayRate (400), and one over the report
+// rate (429, with Retry-After). A refused report changes nothing.
+func (s *Service) spendReport(ctx context.Context, w http.ResponseWriter, tok token, rep *rulesapi.Report, requests int64) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	gw := rep.Gateway
 	const credit = `least($3::float8, report_credit + extract(epoch FROM now() - credit_at) * $4::float8)`
+	// credit_at moves only when a report is taken (or the gateway is
+	// registered), so it marks the start of the span this report counts.
+	const span = `greatest(1, extract(epoch FROM now() - credit_at))`
 	tag, err := s.pool.Exec(ctx, `UPDATE gateways SET report_credit = `+credit+` - 1, credit_at = now(), last_report = now()
-		WHERE id = $1 AND token = $2 AND `+credit+` >= 1`, gw, tok.name, float64(reportBurst), s.cfg.ReportRate)
+		WHERE id = $1 AND token = $2 AND `+credit+` >= 1 AND region = $5 AND $6::float8 <= $7::float8 * `+span,
+		gw, tok.name, float64(reportBurst), s.cfg.ReportRate, rep.Region, float64(requests), s.cfg.MaxGatewayRate)
 	if err != nil {
 		return fmt.Errorf("report of gateway %s: %w", gw, err)
 	}
 	if tag.RowsAffected() == 1 {
 		return nil
 	}
-	var owner string
-	err = s.pool.QueryRow(ctx, `SELECT token FROM gateways WHERE id = $1`, gw).Scan(&owner)
+	var owner, region string
+	var seconds float64
+	err = s.pool.QueryRow(ctx, `SELECT token, region, `+span+` FROM gateways WHERE id = $1`, gw).Scan(&owner, &region, &seconds)
 	switch {
 	case isNoRows(err):
 		return &apiError{status: http.StatusConflict, field: "gateway",
@@ -365,6 +430,15 @@ func (s *Service) spendReport(ctx context.Context, w http.ResponseWriter, tok to
 			msg: fmt.Sprintf("gateway ID %q is registered under another token", gw)}
 	}
 	s.metrics.refusedReports.Inc()
+	switch {
+	case region != rep.Region:
+		return badRequest("region", "the report names region %q, but gateway %q polls as region %q", rep.Region, gw, region)
+	case float64(requests) > s.cfg.MaxGatewayRate*seconds:
+		s.log.Warn("rules service: implausible report refused", "gateway", gw, "token", tok.name, "requests", requests,
+			"seconds", seconds)
+		return badRequest("versions", "gateway %q reports %d requests in the %.1f s since its previous report, more than "+
+			"the %v a second one gateway can decide (--max-gateway-rate): refusing the report", gw, requests, seconds, s.cfg.MaxGatewayRate)
+	}
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(1/s.cfg.ReportRate)))))
 	return &apiError{status: http.StatusTooManyRequests, field: "gateway",
 		msg: fmt.Sprintf("gateway %q sends reports faster than %v a second", gw, s.cfg.ReportRate)}

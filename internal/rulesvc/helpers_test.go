@@ -167,3 +167,18 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// firstRules gives the service its first rules, a limit of a key no test
+// request sends, which it promotes at once (there is nothing to compare a
+// canary with), so that the test's own change goes through a canary. It
+// returns the version, then the stable one.
+func firstRules(t *testing.T, base string) int64 {
+	t.Helper()
+	var res struct{ Snapshot rulesvc.Published }
+	mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "key", "match": map[string]any{"key": "k_first_rules"},
+		"limits": []map[string]any{{"name": "first", "rate": 1000, "per": "1s"}}}, 201, &res)
+	if res.Snapshot.Rollout != "promoted" {
+		t.Fatalf("first rules: got rollout %q, want promoted at once", res.Snapshot.Rollout)
+	}
+	return res.Snapshot.Version
+}

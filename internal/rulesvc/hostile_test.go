@@ -55,6 +55,7 @@ func TestMadeUpGatewaysDoNotCount(t *testing.T) {
 	r := startReplica(t, newSchema(t), rulesvc.Config{Tokens: tokens, Refresh: 100 * time.Millisecond,
 		Canary: rulesvc.Canary{Window: time.Hour}})
 	base := r.srv.URL
+	firstRules(t, base)
 	real := startClient(t, base, "gw-real", "eu", rulesync.Config{})
 	waitFleet(t, base, 1)
 	for i := range 40 {
@@ -140,14 +141,17 @@ func TestOverflowingSumsSaturate(t *testing.T) {
 	schema := newSchema(t)
 	r := startReplica(t, schema, rulesvc.Config{Canary: rulesvc.Canary{Window: time.Hour}})
 	base := r.srv.URL
+	stable := firstRules(t, base)
 	var res struct{ Snapshot rulesvc.Published }
 	mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "default",
 		"limits": []map[string]any{{"name": "s", "rate": 10, "per": "1s"}}}, 201, &res)
 	conn := schemaConn(t, schema)
 	const big = int64(1) << 62
 	for _, gw := range []string{"gw-a", "gw-b"} {
+		// Gateways outside the canary (there is none), reporting the
+		// stable version: the rest.
 		if _, err := conn.Exec(t.Context(), `INSERT INTO decisions (gateway, version, requests, refused) VALUES ($1, $2, $3, $3)`,
-			gw, res.Snapshot.Version, big); err != nil {
+			gw, stable, big); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := conn.Exec(t.Context(), `INSERT INTO shadow_hits (rule_id, version, gateway, key, hits) VALUES (1, $1, $2, 'k:x', $3)`,
@@ -204,6 +208,7 @@ func TestCanaryRefusingUnlimitedTrafficIsHalted(t *testing.T) {
 	r := startReplica(t, newSchema(t), rulesvc.Config{Refresh: 100 * time.Millisecond, Canary: rulesvc.Canary{
 		Fraction: 0.25, Window: 20 * time.Second, Threshold: 0.2, MinSample: 30, Check: 100 * time.Millisecond}})
 	base := r.srv.URL
+	firstRules(t, base)
 	var cs []*rulesync.Client
 	for i := range 4 {
 		cs = append(cs, startClient(t, base, fmt.Sprintf("gw-%d", i), "eu", rulesync.Config{}))
@@ -248,6 +253,7 @@ func TestUncomparedCanaryIsPromotedLoudly(t *testing.T) {
 	r := startReplica(t, newSchema(t), rulesvc.Config{Refresh: 100 * time.Millisecond, Canary: rulesvc.Canary{
 		Window: time.Second, MinSample: 1000, Check: 100 * time.Millisecond}})
 	base := r.srv.URL
+	firstRules(t, base)
 	startClient(t, base, "gw-1", "eu", rulesync.Config{})
 	waitFleet(t, base, 1)
 	var res struct{ Snapshot rulesvc.Published }
@@ -279,6 +285,7 @@ func TestHaltedCanaryIsARollback(t *testing.T) {
 	t.Parallel()
 	r := startReplica(t, newSchema(t), rulesvc.Config{Canary: rulesvc.Canary{Window: time.Hour}})
 	base := r.srv.URL
+	stable := firstRules(t, base)
 	var res struct{ Snapshot rulesvc.Published }
 	mustCall(t, base, "POST", "/admin/v1/rules", map[string]any{"scope": "default",
 		"limits": []map[string]any{{"name": "s", "rate": 10, "per": "1s"}}}, 201, &res)
@@ -291,8 +298,8 @@ func TestHaltedCanaryIsARollback(t *testing.T) {
 		}
 		return sn
 	}
-	if sn := snapshot(res.Snapshot.Version); sn.Version != 1 || !sn.Rollback {
-		t.Errorf("from the halted version: got version %d rollback %v, want 1 and a rollback", sn.Version, sn.Rollback)
+	if sn := snapshot(res.Snapshot.Version); sn.Version != stable || !sn.Rollback {
+		t.Errorf("from the halted version: got version %d rollback %v, want %d and a rollback", sn.Version, sn.Rollback, stable)
 	}
 	if sn := snapshot(res.Snapshot.Version + 5); sn.Rollback {
 		t.Errorf("from a version the service never withdrew: got a rollback mark")

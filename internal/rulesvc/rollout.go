@@ -3,6 +3,7 @@ package rulesvc
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -10,18 +11,60 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Side is the decisions one side of a canary reported.
+// Side is what one side of a canary reported: the canary gateways of the
+// new version, or the rest of the fleet of the stable version.
 type Side struct {
+	// Requests and Refused are the side's sums, saturating at the largest
+	// int64. They are shown, not judged: one gateway's counts cannot carry
+	// a side (see Rate).
 	Requests int64 `json:"requests"`
 	Refused  int64 `json:"refused"`
+	// Gateways counts the distinct gateways that reported requests.
+	Gateways int `json:"gateways"`
+	// Rate is the fraction refused with each gateway's own rate weighed by
+	// its requests up to Canary.MinSample: gateways that reported a full
+	// sample weigh the same whatever counts they claim, so no gateway
+	// outweighs another that served as much real traffic.
+	Rate float64 `json:"rate"`
+	// weight is the sum of the gateways' weights; the side is judged once
+	// it reaches MinSample.
+	weight float64
 }
 
-// Rate is the fraction of requests refused; zero without requests.
-func (s Side) Rate() float64 {
-	if s.Requests == 0 {
-		return 0
+// gatewayCounts is what one gateway reported on one side.
+type gatewayCounts struct {
+	gateway           string
+	canary            bool
+	requests, refused int64
+}
+
+// sideOf combines what the gateways of one side reported: each gateway's
+// refusal rate, weighed by its requests capped at sample.
+func sideOf(gws []gatewayCounts, sample int64) Side {
+	var s Side
+	var refusedW float64
+	for _, g := range gws {
+		if g.requests <= 0 {
+			continue
+		}
+		s.Gateways++
+		s.Requests = satAdd(s.Requests, g.requests)
+		s.Refused = satAdd(s.Refused, g.refused)
+		w := float64(min(g.requests, max(sample, 1)))
+		s.weight += w
+		refusedW += w * float64(min(g.refused, g.requests)) / float64(g.requests)
 	}
-	return float64(s.Refused) / float64(s.Requests)
+	if s.weight > 0 {
+		s.Rate = refusedW / s.weight
+	}
+	return s
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // verdict is what judge decides about a running canary.
@@ -33,27 +76,37 @@ const (
 	promote
 )
 
-// judge decides a canary from its counts: halt when both sides have the
-// minimum sample and the canary refuses more than threshold above the
-// rest; else promote once the window is over. compared says whether both
-// sides had the minimum sample: a promotion without it says so in its
-// reason. It is pure, so tests drive it with numbers.
-func judge(canary, rest Side, c Canary, windowOver bool) (v verdict, reason string, compared bool) {
-	compared = canary.Requests >= c.MinSample && rest.Requests >= c.MinSample
-	if compared && canary.Rate()-rest.Rate() > c.Threshold {
-		return halt, fmt.Sprintf("canary refused %.4f of requests (%d of %d), the rest %.4f (%d of %d): more than %.4f higher",
-			canary.Rate(), canary.Refused, canary.Requests, rest.Rate(), rest.Refused, rest.Requests, c.Threshold), true
+// judge decides a canary from its sides: halt when the comparison is
+// possible and the canary refuses more than threshold above the rest;
+// else promote once the window is over. A comparison needs MinSample of
+// weight on each side (see Side.Rate) and MinGateways distinct gateways
+// reporting, both sides together. Without it at the window's end, the
+// canary keeps running while mayWait (the fleet is large enough for a
+// comparison and MaxWait has not passed), and is then promoted: compared
+// says whether the comparison was made, and a promotion without it says
+// so in its reason. It is pure, so tests drive it with numbers.
+func judge(canary, rest Side, c Canary, windowOver, mayWait bool) (v verdict, reason string, compared bool) {
+	need := float64(c.MinSample)
+	compared = canary.Gateways > 0 && rest.Gateways > 0 && canary.weight >= need && rest.weight >= need &&
+		canary.Gateways+rest.Gateways >= c.MinGateways
+	describe := func() string {
+		return fmt.Sprintf("canary refused %.4f of requests (%d of %d, %d gateways), the rest %.4f (%d of %d, %d gateways)",
+			canary.Rate, canary.Refused, canary.Requests, canary.Gateways, rest.Rate, rest.Refused, rest.Requests, rest.Gateways)
+	}
+	if compared && canary.Rate-rest.Rate > c.Threshold {
+		return halt, fmt.Sprintf("%s: more than %.4f higher", describe(), c.Threshold), true
 	}
 	if !windowOver {
 		return keepGoing, "", compared
 	}
-	if !compared {
-		return promote, fmt.Sprintf("canary window over, promoted WITHOUT COMPARISON: the canary reported %d requests "+
-			"and the rest %d, and each side needs %d before refusal rates are compared", canary.Requests, rest.Requests,
-			c.MinSample), false
+	if !compared && mayWait {
+		return keepGoing, "", false
 	}
-	return promote, fmt.Sprintf("canary window over: canary refused %.4f (%d of %d), the rest %.4f (%d of %d)",
-		canary.Rate(), canary.Refused, canary.Requests, rest.Rate(), rest.Refused, rest.Requests), true
+	if !compared {
+		return promote, fmt.Sprintf("canary window over, promoted WITHOUT COMPARISON: %s; a comparison needs %d requests "+
+			"on each side and %d gateways reporting", describe(), c.MinSample, c.MinGateways), false
+	}
+	return promote, "canary window over: " + describe(), true
 }
 
 // evaluate decides the running canary, if any. Every replica runs it; the
@@ -66,10 +119,12 @@ func (s *Service) evaluate(ctx context.Context) error {
 			canaries   []string
 			started    time.Time
 			windowOver bool
+			waitOver   bool
 		)
-		err := tx.QueryRow(ctx, `SELECT version, canaries, started_at, now() >= started_at + make_interval(secs => $1)
+		err := tx.QueryRow(ctx, `SELECT version, canaries, started_at, now() >= started_at + make_interval(secs => $1),
+				now() >= started_at + make_interval(secs => $1 + $2)
 			FROM rollouts WHERE state = 'canary' ORDER BY version DESC LIMIT 1 FOR UPDATE SKIP LOCKED`,
-			s.cfg.Canary.Window.Seconds()).Scan(&v, &canaries, &started, &windowOver)
+			s.cfg.Canary.Window.Seconds(), s.cfg.Canary.MaxWait.Seconds()).Scan(&v, &canaries, &started, &windowOver, &waitOver)
 		if isNoRows(err) {
 			return nil
 		}
@@ -88,11 +143,15 @@ func (s *Service) evaluate(ctx context.Context) error {
 			}
 			return s.notify(ctx, tx)
 		}
-		can, rest, err := canaryCounts(ctx, tx, v, canaries, started)
+		can, rest, err := canaryCounts(ctx, tx, v, canaries, started, s.cfg.Canary.MinSample)
 		if err != nil {
 			return err
 		}
-		verd, reason, compared := judge(can, rest, s.cfg.Canary, windowOver)
+		// Waiting for samples helps only a fleet with enough gateways to
+		// compare, and a rest besides the canaries.
+		fleet := s.state.Load().fleet.Total
+		mayWait := !waitOver && fleet >= s.cfg.Canary.MinGateways && fleet > len(canaries)
+		verd, reason, compared := judge(can, rest, s.cfg.Canary, windowOver, mayWait)
 		st := map[verdict]string{halt: "halted", promote: "promoted"}[verd]
 		if st == "" {
 			return nil
@@ -134,19 +193,41 @@ func saturated(sum string) string {
 	return "least(coalesce(" + sum + ", 0), 9223372036854775807)::bigint"
 }
 
-// canaryCounts sums what the canaries reported of version v, and what the
-// other gateways reported, since the canary started. Sums saturate.
-func canaryCounts(ctx context.Context, q querier, v int64, canaries []string, since time.Time) (can, rest Side, err error) {
-	err = q.QueryRow(ctx, `SELECT `+
-		saturated("sum(requests) FILTER (WHERE gateway = ANY($2) AND version = $1)")+`, `+
-		saturated("sum(refused) FILTER (WHERE gateway = ANY($2) AND version = $1)")+`, `+
-		saturated("sum(requests) FILTER (WHERE NOT gateway = ANY($2))")+`, `+
-		saturated("sum(refused) FILTER (WHERE NOT gateway = ANY($2))")+`
-		FROM decisions WHERE at >= $3`, v, canaries, since).Scan(&can.Requests, &can.Refused, &rest.Requests, &rest.Refused)
+// baselineLookback is how long before a canary started the rest's reports
+// of the stable version count in its baseline: gateways outside a canary
+// report every 5 s, so a window of a few seconds alone would hold few of
+// their reports.
+const baselineLookback = 30 * time.Second
+
+// canaryCounts reads the two sides of the canary of version v: what the
+// canaries reported of v since it started, and what the other gateways
+// reported of promoted versions below v since baselineLookback before
+// then. Reports of any other version, or of a canary's stable version,
+// count on neither side. Sums saturate; sample caps each gateway's weight.
+func canaryCounts(ctx context.Context, q querier, v int64, canaries []string, since time.Time, sample int64) (can, rest Side, err error) {
+	rows, err := q.Query(ctx, `SELECT gateway, gateway = ANY($2), `+saturated("sum(requests)")+`, `+saturated("sum(refused)")+`
+		FROM decisions
+		WHERE (gateway = ANY($2) AND version = $1 AND at >= $3)
+			OR (NOT gateway = ANY($2) AND at >= $3 - make_interval(secs => $4)
+				AND version IN (SELECT version FROM rollouts WHERE state = 'promoted' AND version < $1))
+		GROUP BY 1, 2`, v, canaries, since, baselineLookback.Seconds())
 	if err != nil {
-		err = fmt.Errorf("count canary decisions of %d: %w", v, err)
+		return Side{}, Side{}, fmt.Errorf("count canary decisions of %d: %w", v, err)
 	}
-	return can, rest, err
+	var g gatewayCounts
+	var cs, rs []gatewayCounts
+	_, err = pgx.ForEachRow(rows, []any{&g.gateway, &g.canary, &g.requests, &g.refused}, func() error {
+		if g.canary {
+			cs = append(cs, g)
+		} else {
+			rs = append(rs, g)
+		}
+		return nil
+	})
+	if err != nil {
+		return Side{}, Side{}, fmt.Errorf("count canary decisions of %d: %w", v, err)
+	}
+	return sideOf(cs, sample), sideOf(rs, sample), nil
 }
 
 // decideByHand promotes or halts the running canary on an operator's word:

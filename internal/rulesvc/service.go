@@ -8,9 +8,13 @@
 // table; the same transaction writes the snapshot, its rollout and an audit
 // row, and NOTIFYs every replica, which then wakes its waiting gateways.
 // A new version first goes to a canary of about one gateway in a hundred;
-// it is promoted after the canary window unless the canary's refusal rate
-// rises above the rest's, which halts it. Emergency overrides skip the
-// canary.
+// it is promoted after the canary window (4 s by default, so that a change
+// reaches every gateway within 10 s) unless the canary's refusal rate
+// rises above the rest's, which halts it. Each gateway weighs at most one
+// full sample in that comparison, and a report counting more than a
+// gateway can serve is refused, so made-up gateways cannot decide it.
+// Emergency overrides, and the first rules of a fleet that enforces none,
+// skip the canary.
 //
 // Several replicas may run over one database: all state lives there, and
 // PostgreSQL's NOTIFY tells each replica when it changed.
@@ -66,6 +70,13 @@ type Config struct {
 	// in the gateways table, for the admin API's fleet view, before it is
 	// dropped. Zero means 1 hour; it must be at least GatewayTTL.
 	GatewayRetention time.Duration
+	// MaxGatewayRate is the most requests a second one gateway can
+	// plausibly decide: a report counting more requests than this rate
+	// over the time since the gateway's previous report (at least a
+	// second) is refused, so no gateway can claim traffic it could not
+	// have served. Zero means 100,000, twenty times what one gateway node
+	// handles in the reference design.
+	MaxGatewayRate float64
 	// ReportRate is how many reports a second one gateway may send, on
 	// average, with bursts of five; a report beyond it is refused with
 	// 429. Zero means 1.
@@ -106,15 +117,29 @@ type Canary struct {
 	// at least one is chosen. Zero means 0.01.
 	Fraction float64
 	// Window is how long the canary runs before the version is promoted.
-	// Zero means 10 minutes.
+	// Zero means 4 seconds: with the check, the promotion's NOTIFY and the
+	// gateways' long polls, a change reaches every gateway within the
+	// 10 s the design promises, with room for a refresh that catches a
+	// lost NOTIFY. Canary gateways report every second meanwhile.
 	Window time.Duration
 	// Threshold is how much higher the canary's refusal rate may be than
 	// the rest's, as a fraction of requests, before the rollout halts.
 	// Zero means 0.05.
 	Threshold float64
 	// MinSample is how many requests each side must have reported before
-	// their rates are compared. Zero means 1000.
+	// their rates are compared, and the most one gateway's requests weigh
+	// in its side's rate. Zero means 200: against the default threshold of
+	// 0.05 that is about three standard errors at a 5% refusal rate.
 	MinSample int64
+	// MaxWait is how long past Window a canary without enough samples for
+	// a comparison keeps running, waiting for them, before it is promoted
+	// without comparison. It is not waited when the fleet has fewer than
+	// MinGateways gateways, or none beside the canaries: waiting cannot
+	// help. Zero means 30 seconds; negative means no wait.
+	MaxWait time.Duration
+	// MinGateways is how many distinct gateways, both sides together, must
+	// have reported before the rates are compared. Zero means 3.
+	MinGateways int
 	// Check is how often a running canary is evaluated. Zero means a
 	// twentieth of Window, between 100 ms and 5 s.
 	Check time.Duration
@@ -141,7 +166,10 @@ func (c *Config) setDefaults() error {
 	if c.ReportRate == 0 {
 		c.ReportRate = 1
 	}
-	def(&c.Canary.Window, 10*time.Minute)
+	if c.MaxGatewayRate == 0 {
+		c.MaxGatewayRate = 100_000
+	}
+	def(&c.Canary.Window, 4*time.Second)
 	def(&c.Canary.Check, min(max(c.Canary.Window/20, 100*time.Millisecond), 5*time.Second))
 	if c.Schema == "" {
 		c.Schema = "sluice"
@@ -153,7 +181,12 @@ func (c *Config) setDefaults() error {
 		c.Canary.Threshold = 0.05
 	}
 	if c.Canary.MinSample == 0 {
-		c.Canary.MinSample = 1000
+		c.Canary.MinSample = 200
+	}
+	def(&c.Canary.MaxWait, 30*time.Second)
+	c.Canary.MaxWait = max(c.Canary.MaxWait, 0)
+	if c.Canary.MinGateways == 0 {
+		c.Canary.MinGateways = 3
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -178,6 +211,10 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("rulesvc: canary threshold %v is not between 0 and 1", c.Canary.Threshold)
 	case c.Canary.MinSample < 0:
 		return fmt.Errorf("rulesvc: canary minimum sample %d is negative", c.Canary.MinSample)
+	case c.Canary.MinGateways < 0:
+		return fmt.Errorf("rulesvc: canary minimum gateways %d is negative", c.Canary.MinGateways)
+	case c.MaxGatewayRate < 0 || math.IsNaN(c.MaxGatewayRate) || math.IsInf(c.MaxGatewayRate, 0):
+		return fmt.Errorf("rulesvc: max gateway rate %v is not a positive number", c.MaxGatewayRate)
 	}
 	if err := checkTokens(c.Tokens); err != nil {
 		return err

@@ -125,7 +125,7 @@ func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) erro
 		if ro.State != "canary" {
 			continue
 		}
-		can, rest, err := canaryCounts(ctx, s.pool, ro.Version, ro.Canaries, ro.StartedAt)
+		can, rest, err := canaryCounts(ctx, s.pool, ro.Version, ro.Canaries, ro.StartedAt, s.cfg.Canary.MinSample)
 		if err != nil {
 			return err
 		}

@@ -174,11 +174,19 @@ const flushTimeout = 2 * time.Second
 // gateways that report, idle ones included.
 const heartbeatEvery = 6
 
+// canaryReportEvery is how often a gateway running a canary version
+// reports: the service judges a canary within a window of a few seconds,
+// so its counts cannot wait for the usual interval.
+const canaryReportEvery = time.Second
+
 func (c *Client) reportLoop(ctx context.Context) {
-	t := time.NewTicker(c.cfg.ReportInterval)
+	tick := min(c.cfg.ReportInterval, canaryReportEvery)
+	t := time.NewTicker(tick)
 	defer t.Stop()
-	// Intervals since the last report sent: the first tick reports, so a
-	// new gateway counts in the fleet after one interval, not six.
+	// Time since the last report sent, and since the last one that went
+	// out or was due: the first interval reports, so a new gateway counts
+	// in the fleet after one interval, not six.
+	sinceDue := time.Duration(0)
 	quiet := heartbeatEvery - 1
 	for {
 		select {
@@ -187,6 +195,10 @@ func (c *Client) reportLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if sinceDue += tick; sinceDue < c.cfg.ReportInterval && !c.canary.Load() {
+			continue
+		}
+		sinceDue = 0
 		vrs := c.counts.take()
 		if quiet++; len(vrs) == 0 && quiet < heartbeatEvery {
 			continue

@@ -3,6 +3,7 @@ package rulesync_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -220,5 +221,30 @@ func TestLastReportOnStop(t *testing.T) {
 	got := f.totals()
 	if got.requests[5] != 7 || got.refused[5] != 2 {
 		t.Errorf("reported when Run stopped: %d requests, %d refused; want 7 and 2", got.requests[5], got.refused[5])
+	}
+}
+
+// A gateway running a canary version reports every second, whatever its
+// report interval, so the service can judge a canary within its window of
+// a few seconds; the others keep their interval.
+func TestCanaryReportsEverySecond(t *testing.T) {
+	t.Parallel()
+	for _, canary := range []bool{true, false} {
+		t.Run(fmt.Sprintf("canary %v", canary), func(t *testing.T) {
+			t.Parallel()
+			f, srv := newFake(t, 5, docWithDefault(10))
+			f.mu.Lock()
+			f.snap.Canary = canary
+			f.mu.Unlock()
+			c := newClient(t, srv.URL, rulesync.Config{ReportInterval: time.Hour})
+			run(t, c)
+			waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
+			c.Record(5, true)
+			time.Sleep(2500 * time.Millisecond)
+			got := f.totals().requests[5]
+			if want := map[bool]int64{true: 1, false: 0}[canary]; got != want {
+				t.Errorf("2.5 s after a decision, with a report interval of an hour: got %d requests reported, want %d", got, want)
+			}
+		})
 	}
 }
