@@ -186,15 +186,17 @@ func (s *Store) Close() {
 // grant plus the tokens this gateway still holds: the best it knows without
 // asking.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	if err := req.Validate(); err != nil {
-		return limit.Decision{}, err
-	}
 	now := s.now().UnixMilli()
 	h := maphash.String(s.seed, req.Key)
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
 	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
+		// req goes to the inner store as it is, and the inner store
+		// validates it (every store in sluice does).
 		return s.takeQuiet(ctx, req, h, sl)
+	}
+	if err := req.Validate(); err != nil {
+		return limit.Decision{}, err
 	}
 	cost := req.EffectiveCost()
 	batch := s.batch(req)
