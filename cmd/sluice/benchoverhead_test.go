@@ -47,10 +47,11 @@ func TestBenchOverhead(t *testing.T) {
 			t.Errorf("%d rows %q with p50, p99 and p99.9, want one per phase:\n%s", got, row, report)
 		}
 	}
-	// Shared answers only: Redis's, or tokens leased from it.
-	decisions := regexp.MustCompile(`(?m)^  gateway decisions: ((redis|lease) [0-9.]+% \(\d+\)(, )?)+$`)
-	if got := len(decisions.FindAllString(report, -1)); got != 3 || !strings.Contains(report, "redis ") {
-		t.Errorf("%d phases with every gateway decision from redis or its leases, want 3:\n%s", got, report)
+	// Redis's answers, tokens leased from it, and on a machine too busy to
+	// hear Redis within 15 ms, local ones: never the in-process store's.
+	decisions := regexp.MustCompile(`(?m)^  gateway decisions: (([a-z-]+) [0-9.]+% \(\d+\)(, )?)+$`)
+	if got := len(decisions.FindAllString(report, -1)); got != 3 || !strings.Contains(report, "redis ") || strings.Contains(report, "memory ") {
+		t.Errorf("%d phases with gateway decisions from redis, want 3, and none from memory:\n%s", got, report)
 	}
 	if direct.Load() == 0 || proxied.Load() == 0 {
 		t.Errorf("the upstream saw %d direct and %d proxied requests, want both", direct.Load(), proxied.Load())
