@@ -50,7 +50,8 @@ func TestBenchOverhead(t *testing.T) {
 	// Redis's answers, tokens leased from it, and on a machine too busy to
 	// hear Redis within 15 ms, local ones: never the in-process store's.
 	decisions := regexp.MustCompile(`(?m)^  gateway decisions: (([a-z-]+) [0-9.]+% \(\d+\)(, )?)+$`)
-	if got := len(decisions.FindAllString(report, -1)); got != 3 || !strings.Contains(report, "redis ") || strings.Contains(report, "memory ") {
+	lines := strings.Join(decisions.FindAllString(report, -1), "\n")
+	if got := strings.Count(lines, "\n") + 1; got != 3 || !strings.Contains(lines, " redis ") || strings.Contains(lines, " memory ") {
 		t.Errorf("%d phases with gateway decisions from redis, want 3, and none from memory:\n%s", got, report)
 	}
 	if direct.Load() == 0 || proxied.Load() == 0 {
