@@ -31,7 +31,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	duration := fs.Duration("duration", 5*time.Second, "how long each measurement runs")
 	maxOps := fs.Int("max-ops", 5_000_000, "most requests each measurement sends")
 	keys := fs.Int("keys", 1000, "distinct API keys")
-	rate := fs.Int64("rate", 100, "store mode: each key's limit a second (burst twice that)")
+	rate := fs.Int64("rate", 100, "store and --overhead modes: each key's limit a second (burst twice that)")
 	bare := fs.Bool("bare", false, "with --redis: also measure the bare Redis store, without leases and guard, in the same run")
 	overhead := fs.Bool("overhead", false, "measure the latency a gateway adds: the same GETs to --upstream directly and through a gateway started here over the store (--redis), side by side, at half the capacity and at the capacity")
 	upstream := fs.String("upstream", "", "with --overhead: the upstream `URL`, on loopback; empty starts one in this process")
