@@ -348,6 +348,12 @@ func TestTwoKeysAre400(t *testing.T) {
 		{"two X-API-Key lines", []string{"X-API-Key", "a", "X-API-Key", "b"}, "X-API-Key appears 2 times"},
 		{"two X-API-Key lines, the same key", []string{"X-API-Key", "a", "X-API-Key", "a"}, "X-API-Key appears 2 times"},
 		{"two Authorization lines", []string{"Authorization", "Bearer a", "Authorization", "Bearer b"}, "Authorization appears 2 times"},
+		{"X-API-Key joined by a comma", []string{"X-API-Key", "a1,a2"}, "X-API-Key holds 2 comma-separated values"},
+		{"X-API-Key joined by a comma and a space", []string{"X-API-Key", "a1, a2"}, "X-API-Key holds 2 comma-separated values"},
+		{"X-API-Key, the same key twice on one line", []string{"X-API-Key", "a,a"}, "X-API-Key holds 2 comma-separated values"},
+		{"X-API-Key with a trailing comma", []string{"X-API-Key", "a1,"}, "X-API-Key holds 2 comma-separated values"},
+		{"two Bearer tokens joined on one line", []string{"Authorization", "Bearer a, Bearer b"}, "Authorization holds 2 comma-separated values"},
+		{"a Bearer token with commas", []string{"Authorization", "Bearer a,b,c"}, "Authorization holds 3 comma-separated values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,10 +51,10 @@ func (l *Limiter) identify(r *http.Request, set *rules.Set) (caller, error) {
 // apiKey returns the key in X-API-Key or in an Authorization: Bearer
 // header. A key no rules file could hold is a 400 rather than a new bucket
 // per variant. So is a request that names two keys, in two X-API-Key or
-// Authorization lines or in both headers with different values: sluice
-// does not authenticate keys, so were one of them preferred, a client
-// could send a fresh invented key beside the real one its upstream checks,
-// and get a fresh bucket each time.
+// Authorization lines, in one line joined by commas, or in both headers
+// with different values: sluice does not authenticate keys, so were one of
+// them preferred, a client could send a fresh invented key beside the real
+// one its upstream checks, and get a fresh bucket each time.
 func apiKey(h http.Header) (string, error) {
 	// The canonical forms, so that no lookup canonicalizes (and allocates).
 	xs, auths := h["X-Api-Key"], h["Authorization"]
@@ -83,6 +83,13 @@ func apiKey(h http.Header) (string, error) {
 	}
 	if k == "" {
 		return "", nil
+	}
+	// RFC 9110 reads "X-API-Key: a, b" as the same field as two lines,
+	// and a Bearer token (token68) never holds a comma, so a comma means
+	// two keys folded into one line, by the client or a proxy on the way.
+	if n := strings.Count(k, ",") + 1; n > 1 {
+		return "", newError(http.StatusBadRequest,
+			fmt.Sprintf("%s holds %d comma-separated values; send one API key", from, n), nil)
 	}
 	if err := rules.CheckKey(k); err != nil {
 		return "", newError(http.StatusBadRequest, fmt.Sprintf("%s: %v", from, err), nil)

@@ -23,12 +23,17 @@ const MaxHeaderBytes = 64 << 10
 // inbound X-Forwarded-For chain with the gateway's peer appended, and
 // X-Forwarded-Host and -Proto; its own rate limit headers are dropped so a
 // client only ever sees the gateway's account of its budget. An upstream
-// that cannot be reached is a 502 problem document. logger may be nil.
+// that cannot be reached is a 502 problem document, and one that does not
+// answer within the transport's response timeout a 504. Its Transport is
+// Upstream{}.Transport(), a keep-alive pool sized for a gateway; set it to
+// another Upstream's for other sizes, timeouts or TLS files. logger may be
+// nil.
 func NewProxy(upstream *url.URL, logger *slog.Logger) *httputil.ReverseProxy {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &httputil.ReverseProxy{
+		Transport: Upstream{}.transport(nil),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			// Rewrite drops the inbound chain; keep it, as a Director
@@ -49,6 +54,10 @@ func NewProxy(upstream *url.URL, logger *slog.Logger) *httputil.ReverseProxy {
 			}
 			logger.LogAttrs(r.Context(), slog.LevelError, "upstream request failed",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				WriteError(w, newError(http.StatusGatewayTimeout, "the upstream service did not answer in time", err))
+				return
+			}
 			WriteError(w, newError(http.StatusBadGateway, "the upstream service could not be reached", err))
 		},
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),

@@ -11,7 +11,9 @@
 // than burst + rate × elapsed; tokens a gateway does not spend within the
 // lease's lifetime (about a second) are dropped, never revived, and a
 // lowered limit bites within a second. Quiet keys, and limits counted in
-// windows, get batches of one: exactly the per-request check.
+// windows, get batches of one: exactly the per-request check. A key seen at
+// most once a lookahead window (100 ms) with nothing remembered for it goes
+// straight to the shared store: it costs a hashed count, not a lease entry.
 //
 // That bound is cumulative. At one instant the fleet can admit the bucket's
 // burst plus the tokens its gateways still hold in leases, taken before the
@@ -90,6 +92,7 @@ type Store struct {
 
 	seed   maphash.Seed
 	shards []shard
+	demand []slot // requests per key hash, lock-free: who is quiet
 
 	ctx    context.Context // refills run under it; Close cancels it
 	cancel context.CancelFunc
@@ -107,8 +110,9 @@ type shard struct {
 
 // entry is one key's book and the lock that guards it.
 type entry struct {
-	mu sync.Mutex
-	b  book // guarded by mu
+	slot *slot // the demand slot its key hashes to, which counts it
+	mu   sync.Mutex
+	b    book // guarded by mu
 }
 
 const shardCount = 64
@@ -134,6 +138,7 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 		idle:      orDefault(cfg.Idle, 5*time.Second).Milliseconds(),
 		now:       cfg.Now, log: cfg.Logger,
 		seed: maphash.MakeSeed(), shards: make([]shard, shardCount),
+		demand: make([]slot, demandSlots),
 	}
 	s.window = s.lookahead.Milliseconds()
 	if s.now == nil {
@@ -184,6 +189,15 @@ func (s *Store) Close() {
 // grant plus the tokens this gateway still holds: the best it knows without
 // asking.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	now := s.now().UnixMilli()
+	h := maphash.String(s.seed, req.Key)
+	sl := &s.demand[h%demandSlots]
+	cur, prev := sl.see(uint32(now / s.window))
+	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
+		// req goes to the inner store as it is, and the inner store
+		// validates it (every store in sluice does).
+		return s.takeQuiet(ctx, req, h, sl)
+	}
 	if err := req.Validate(); err != nil {
 		return limit.Decision{}, err
 	}
@@ -195,8 +209,7 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	}
 	cost := req.EffectiveCost()
 	batch := s.batch(req)
-	now := s.now().UnixMilli()
-	e := s.entry(req, now)
+	e := s.entry(req, h, sl, now, cur, prev)
 
 	e.mu.Lock()
 	b := &e.b
@@ -319,6 +332,23 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	return d, nil
 }
 
+// takeQuiet answers a request for a quiet key with nothing remembered:
+// the shared store's own answer, as a batch of one would be, with no entry
+// made unless the answer is a refusal to remember.
+func (s *Store) takeQuiet(ctx context.Context, req *limit.Request, h uint64, sl *slot) (limit.Decision, error) {
+	s.metrics.asked(false, 0)
+	d, err := s.inner.Take(ctx, req)
+	if err != nil || d.Allowed || !shared(d.Source) {
+		return d, err
+	}
+	now := s.now().UnixMilli()
+	e := s.entry(req, h, sl, now, 1, 0)
+	e.mu.Lock()
+	e.b.deny(now, req.EffectiveCost(), s.ttl, d, 0)
+	e.mu.Unlock()
+	return d, nil
+}
+
 // holdFor is how much longer than its retry time a refusal of a request of
 // cost is remembered when the key's batch is size: until the refusing
 // limit has refilled a whole batch rather than one request's cost, so that
@@ -414,21 +444,28 @@ func (s *Store) fleetSize() int {
 	return s.gateways
 }
 
-// entry returns req's entry, making it if need be. After about as many
-// lookups as its shard holds entries, or Idle after the last sweep, it
-// sweeps out the shard's entries idle for longer than Idle, so memory
-// follows the keys in use at a constant cost per request.
-func (s *Store) entry(req *limit.Request, now int64) *entry {
+// entry returns req's entry, making it if need be; h is its key's hash and
+// sl its demand slot, whose counts of this window (cur) and the one before
+// (prev), this request included, a new entry's demand starts from. After
+// about as many lookups as its shard holds entries, or Idle after the last
+// sweep, it sweeps out the shard's entries idle for longer than Idle, so
+// memory follows the keys in use at a constant cost per request.
+func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, prev uint64) *entry {
 	var buf [128]byte
 	id := appendID(buf[:0], req)
-	sh := &s.shards[maphash.Bytes(s.seed, id)%shardCount]
+	sh := &s.shards[h%shardCount]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entries[string(id)]
 	if e == nil {
-		e = &entry{}
+		e = &entry{slot: sl}
 		e.b.lastUsed = now
+		// The book counts this request itself; before it, this window
+		// held cur-1 and the last one prev.
+		e.b.window = now - now%s.window
+		e.b.cur, e.b.prev = int64(cur)-1, int64(prev)
 		sh.entries[string(id)] = e
+		sl.entries.Add(1)
 	}
 	sh.touches++
 	if sh.touches > len(sh.entries)+64 || now-sh.swept >= s.idle {
@@ -450,6 +487,7 @@ func (sh *shard) sweep(cutoff int64, keep *entry) {
 		e.mu.Unlock()
 		if idle {
 			delete(sh.entries, id)
+			e.slot.entries.Add(-1)
 		}
 	}
 	sh.touches = 0

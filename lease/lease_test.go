@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -325,18 +326,64 @@ func TestQuietKeyIsExact(t *testing.T) {
 	}
 }
 
+// TestQuietKeysHoldNoEntry: keys seen once a second each are checked
+// exactly, one shared-store call a request, and hold no lease entry; a
+// refusal of a quiet key is still remembered.
+func TestQuietKeysHoldNoEntry(t *testing.T) {
+	clk := limittest.NewClock(start)
+	f := newFleet(t, 1, clk.Now)
+	const keys = 1000
+	calls := f.shared.calls.Load()
+	for i := range 3 * keys { // 3 s, a key every ms
+		clk.Advance(time.Millisecond)
+		req := &limit.Request{Key: fmt.Sprint("k:", i%keys), Limits: []limit.Limit{bucket(10, 10)}}
+		if a := f.decide(t, 0, req); !a.Allowed || a.Source != limit.FromRedis || a.Remaining != 9 {
+			t.Fatalf("request %d: got allowed %v from %s, remaining %d, want allowed from %s, remaining 9", i, a.Allowed, a.Source, a.Remaining, limit.FromRedis)
+		}
+	}
+	if got := f.shared.calls.Load() - calls; got != 3*keys {
+		t.Errorf("%d requests of quiet keys: %d shared-store calls, want one each", 3*keys, got)
+	}
+	// Keys that share a demand slot within a window look busy together,
+	// and get an entry: a few of 1,000 at 100 keys a window.
+	if got := f.stores[0].Len(); got > keys/20 {
+		t.Errorf("%d keys seen once a second: %d lease entries, want at most %d (keys sharing a demand slot)", keys, got, keys/20)
+	}
+
+	// One request every 150 ms, under a limit of one a minute: the second
+	// is refused by the shared store, and from then on by memory.
+	req := &limit.Request{Key: "k:slow-runaway", Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Minute}}}
+	want := []limit.Source{limit.FromRedis, limit.FromRedis, limit.FromRefusalCache, limit.FromRefusalCache}
+	calls = f.shared.calls.Load()
+	for i, src := range want {
+		clk.Advance(150 * time.Millisecond)
+		if a := f.decide(t, 0, req); a.Allowed != (i == 0) || a.Source != src {
+			t.Errorf("request %d of a quiet key over its limit: got allowed %v from %s, want allowed %v from %s", i+1, a.Allowed, a.Source, i == 0, src)
+		}
+	}
+	if got := f.shared.calls.Load() - calls; got != 2 {
+		t.Errorf("4 requests, 2 within a remembered refusal: %d shared-store calls, want 2", got)
+	}
+}
+
 func TestIdleEntriesEvicted(t *testing.T) {
 	clk := limittest.NewClock(start)
 	f := newFleet(t, 1, clk.Now)
+	// Keys busy enough for an entry: two requests within a window.
+	busy := func(key string) {
+		for range 2 {
+			f.decide(t, 0, &limit.Request{Key: key, Limits: []limit.Limit{bucket(10, 10)}})
+		}
+	}
 	for i := range 1000 {
-		f.decide(t, 0, &limit.Request{Key: fmt.Sprint("k:", i), Limits: []limit.Limit{bucket(10, 10)}})
+		busy(fmt.Sprint("k:", i))
 	}
 	if got := f.stores[0].Len(); got < 900 {
 		t.Fatalf("1000 keys just used: %d entries, want them kept", got)
 	}
 	clk.Advance(6 * time.Second)
 	for i := range 1000 {
-		f.decide(t, 0, &limit.Request{Key: fmt.Sprint("k:new-", i), Limits: []limit.Limit{bucket(10, 10)}})
+		busy(fmt.Sprint("k:new-", i))
 	}
 	if got := f.stores[0].Len(); got > 1100 {
 		t.Errorf("1000 keys idle for 6 s, then 1000 new ones: %d entries, want about 1000 (the idle ones evicted)", got)
@@ -379,6 +426,38 @@ func TestCloseStopsRefills(t *testing.T) {
 	}
 }
 
+// TestInvalidRequests: a request that is not valid is an error matching
+// limit.ErrInvalid, whether its key is quiet (the inner store validates
+// it) or busy (the lease store does), and takes nothing.
+func TestInvalidRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		req  limit.Request
+	}{
+		{"no limits", limit.Request{Key: "k:a"}},
+		{"negative cost", limit.Request{Key: "k:a", Cost: -1, Limits: []limit.Limit{bucket(10, 10)}}},
+		{"a limit named twice", limit.Request{Key: "k:a", Limits: []limit.Limit{bucket(10, 10), bucket(20, 20)}}},
+		{"a zero rate", limit.Request{Key: "k:a", Limits: []limit.Limit{bucket(0, 10)}}},
+	} {
+		for _, busy := range []bool{false, true} {
+			t.Run(fmt.Sprint(tc.name, map[bool]string{false: ", quiet key", true: ", busy key"}[busy]), func(t *testing.T) {
+				clk := limittest.NewClock(start)
+				f := newFleet(t, 1, clk.Now)
+				if busy { // a valid request makes the key busy first
+					f.decide(t, 0, &limit.Request{Key: "k:a", Limits: []limit.Limit{bucket(10, 10)}})
+				}
+				calls := f.shared.calls.Load()
+				if _, err := f.stores[0].Take(context.Background(), &tc.req); !errors.Is(err, limit.ErrInvalid) {
+					t.Errorf("got error %v, want one matching limit.ErrInvalid", err)
+				}
+				if busy && f.shared.calls.Load() != calls {
+					t.Errorf("busy key: the shared store was called for an invalid request")
+				}
+			})
+		}
+	}
+}
+
 func TestErrorsPass(t *testing.T) {
 	boom := errors.New("boom")
 	s, err := New(failing{boom}, Config{})
@@ -415,7 +494,15 @@ func TestNewRejects(t *testing.T) {
 
 // held reports the leased tokens a store holds for req.
 func (s *Store) held(req *limit.Request) int64 {
-	e := s.entry(req, s.now().UnixMilli())
+	var buf [128]byte
+	id := appendID(buf[:0], req)
+	sh := &s.shards[maphash.String(s.seed, req.Key)%shardCount]
+	sh.mu.Lock()
+	e := sh.entries[string(id)]
+	sh.mu.Unlock()
+	if e == nil {
+		return 0
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.b.tokens

@@ -18,7 +18,8 @@ import (
 
 // runBench measures decision latency and throughput: of a store (in-process,
 // or Redis with --redis) called directly, or of an HTTP endpoint with --url,
-// optionally beside a baseline URL measured in the same run.
+// optionally beside a baseline URL measured in the same run; or with
+// --overhead, the latency a gateway adds to an upstream (runOverhead).
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -30,8 +31,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	duration := fs.Duration("duration", 5*time.Second, "how long each measurement runs")
 	maxOps := fs.Int("max-ops", 5_000_000, "most requests each measurement sends")
 	keys := fs.Int("keys", 1000, "distinct API keys")
-	rate := fs.Int64("rate", 100, "store mode: each key's limit a second (burst twice that)")
+	rate := fs.Int64("rate", 100, "store and --overhead modes: each key's limit a second (burst twice that)")
 	bare := fs.Bool("bare", false, "with --redis: also measure the bare Redis store, without leases and guard, in the same run")
+	overhead := fs.Bool("overhead", false, "measure the latency a gateway adds: the same GETs to --upstream directly and through a gateway started here over the store (--redis), side by side, at half the capacity and at the capacity")
+	upstream := fs.String("upstream", "", "with --overhead: the upstream `URL`, on loopback; empty starts one in this process")
+	at := fs.String("at", "", "with --overhead: pair `rates` a second, comma-separated, instead of half the capacity and the capacity")
 	var pcfg pipeline.Config
 	addPipelineFlags(fs, &pcfg)
 	if err := fs.Parse(args); err != nil {
@@ -43,6 +47,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	redisCfg, err := redis.Config(os.Getenv)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
+	}
+	if *overhead {
+		rates, err := parseRates(*at)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		pcfg.Redis = redisCfg
+		if pcfg.Gateways == 0 {
+			pcfg.Gateways = 1 // one process: say so, rather than warn
+		}
+		return runOverhead(ctx, overheadOptions{upstream: *upstream, at: rates, concurrency: *concurrency, duration: *duration,
+			maxPairs: *maxOps, keys: *keys, rate: *rate, pipeline: pcfg}, stdout)
 	}
 	cfg := bench.Config{Concurrency: *concurrency, Duration: *duration, MaxOps: *maxOps}
 	if *url != "" {

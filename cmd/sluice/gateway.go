@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -45,6 +44,7 @@ type gatewayOptions struct {
 	LogLevel        slog.Level
 	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
 	Shares          shareOptions    // this region's share of global limits, from the quota balancer
+	UpstreamConns   upstreamFlags   // how --upstream is reached: pool, timeouts, TLS
 }
 
 // parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
@@ -57,6 +57,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	)
 	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve the API on")
 	fs.StringVar(&opts.Upstream, "upstream", "", "`URL` of the API to proxy to; empty answers every allowed request with a small JSON")
+	addUpstreamFlags(fs, &opts.UpstreamConns)
 	fs.StringVar(&opts.Rules, "rules", "", "rules `file` (YAML); empty uses the built-in demo rules")
 	fs.StringVar(&opts.RulesURL, "rules-url", "", "`URL` of the rules service to take rules from instead of a file")
 	fs.StringVar(&opts.RulesCache, "rules-cache", "", "`file` keeping the last rules from --rules-url, for starts while the service is down")
@@ -128,13 +129,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
 
-	var next http.Handler = http.HandlerFunc(builtinAnswer)
-	if opts.Upstream != "" {
-		u, err := url.Parse(opts.Upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--upstream %q: want an http or https URL with a host", opts.Upstream)
-		}
-		next = gateway.NewProxy(u, logger)
+	next, err := upstreamHandler(opts.Upstream, &opts.UpstreamConns, logger)
+	if err != nil {
+		return err
 	}
 	src, stopRules, err := newRuleSource(ctx, opts, logger)
 	if err != nil {

@@ -73,6 +73,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules-cache", "x.json"}, 1, "--rules-cache needs --rules-url"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--rules", "a.yaml", "--rules-url", "http://127.0.0.1:1/"}, 1, "choose one"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "ftp://x"}, 1, `--upstream "ftp://x"`},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream-tls-ca", "ca.crt"}, 1, "--upstream-tls-* need --upstream"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--upstream-tls-ca", "ca.crt"}, 1, `--upstream-tls-* need an https --upstream, not "http://127.0.0.1:1"`},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "https://127.0.0.1:1", "--upstream-tls-ca", "no-such.crt"}, 1, "--upstream-tls-*: upstream TLS authority: open no-such.crt"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--upstream-idle-conns", "0"}, 1, "--upstream-idle-conns 0: want at least 1"},
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--upstream-response-timeout", "-1s"}, 1, "--upstream-*-timeout: want 0 (no bound) or a positive duration"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1", "--store-timeout", "3ms"}, 1, "--store-timeout 3ms is not above --redis-timeout 5ms"},
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--redis", "127.0.0.1:1", "--redis-timeout", "50ms", "--store-timeout", "50ms"}, 1, "--store-timeout 50ms is not above --redis-timeout 50ms"},
 		// A gateway starts while Redis is down; a benchmark of it would
@@ -90,7 +95,9 @@ func TestGatewayFlagDefaults(t *testing.T) {
 	}
 	want := gatewayOptions{Listen: "127.0.0.1:8080", ReadTimeout: time.Minute, ShutdownTimeout: defaultShutdownTimeout,
 		Pipeline: pipeline.Config{Timeout: 5 * time.Millisecond, MaxQueue: time.Second, TripAfter: 5, Pause: 2 * time.Second, Slack: 2},
-		Shares:   shareOptions{Interval: 10 * time.Second, Stale: 5 * time.Minute}}
+		Shares:   shareOptions{Interval: 10 * time.Second, Stale: 5 * time.Minute},
+		UpstreamConns: upstreamFlags{idleConns: 256, dial: 5 * time.Second, tlsHandshake: 5 * time.Second,
+			response: 30 * time.Second, idle: 90 * time.Second}}
 	if fmt.Sprint(opts) != fmt.Sprint(want) {
 		t.Errorf("defaults %+v, want %+v", opts, want)
 	}

@@ -68,19 +68,7 @@ func (r Result) String() string {
 // Run issues op from cfg.Concurrency goroutines until the duration or the op
 // count runs out, or ctx ends, and measures each op.
 func Run(ctx context.Context, cfg Config, op Op) Result {
-	workers := cfg.Concurrency
-	if workers <= 0 {
-		workers = 2
-	}
-	dur := cfg.Duration
-	if dur <= 0 {
-		dur = time.Second
-	}
-	maxOps := cfg.MaxOps
-	if maxOps <= 0 {
-		maxOps = 10_000_000
-	}
-	ctx, cancel := context.WithTimeout(ctx, dur)
+	ctx, cancel, workers, maxOps := bounded(ctx, cfg)
 	defer cancel()
 	type part struct {
 		lat                      []time.Duration
@@ -137,6 +125,25 @@ func Run(ctx context.Context, cfg Config, op Op) Result {
 	at := func(q float64) time.Duration { return all[min(len(all)-1, int(q*float64(len(all))))] }
 	r.P50, r.P90, r.P99, r.P999, r.Max = at(0.50), at(0.90), at(0.99), at(0.999), all[len(all)-1]
 	return r
+}
+
+// bounded applies cfg's defaults: it returns ctx cut at the run's duration,
+// the number of workers and the most ops to run.
+func bounded(ctx context.Context, cfg Config) (context.Context, context.CancelFunc, int, int) {
+	workers := cfg.Concurrency
+	if workers <= 0 {
+		workers = 2
+	}
+	dur := cfg.Duration
+	if dur <= 0 {
+		dur = time.Second
+	}
+	maxOps := cfg.MaxOps
+	if maxOps <= 0 {
+		maxOps = 10_000_000
+	}
+	ctx, cancel := context.WithTimeout(ctx, dur)
+	return ctx, cancel, workers, maxOps
 }
 
 // StoreOp returns an op that takes from store for one of keys distinct keys,
