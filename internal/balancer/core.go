@@ -38,7 +38,52 @@ type CoreConfig struct {
 	// keeps reports of; a report from one more is refused until one of
 	// them has been silent for DownAfter. Zero means 1024.
 	MaxGateways int
+	// MaxSkew bounds how far ahead of the balancer's clock a report's
+	// SentMillis may be: a report sent "later" than that is refused, so
+	// that no report can claim to overtake all of its gateway's reports to
+	// come. Zero means 30 seconds.
+	MaxSkew time.Duration
+	// MaxGatewayRate bounds the tokens a second one gateway can plausibly
+	// have been asked for, every key included: a report whose Total over
+	// its span is above it is scaled down to it, pairs included. Zero
+	// means DefaultMaxGatewayRate.
+	MaxGatewayRate float64
+	// MaxStateBytes bounds the reports the balancer keeps, as counted by
+	// ReportBytes: when a report would take the state above it, the
+	// pairs with the least demand (summed over every gateway) are dropped
+	// from every report until the state is at most 7/8 of it. Zero means
+	// DefaultMaxStateBytes.
+	MaxStateBytes int64
 }
+
+// DefaultMaxGatewayRate is the default CoreConfig.MaxGatewayRate: 5000
+// requests a second (the reference design's gateway) at a cost of 50.
+const DefaultMaxGatewayRate = 250_000
+
+// DefaultMaxStateBytes is the default CoreConfig.MaxStateBytes: 64 MiB.
+const DefaultMaxStateBytes = 64 << 20
+
+// The bytes ReportBytes counts besides the strings: a report's Go
+// structures (its map entry, gateway record and Report), and one
+// PairReport with the headers of its two strings and their allocation
+// rounding.
+const (
+	reportOverhead = 256
+	pairOverhead   = 64
+)
+
+// ReportBytes is what one report counts against CoreConfig.MaxStateBytes:
+// 256 + len(Region) + len(Gateway) + the sum over its pairs of
+// 64 + len(Key) + len(Limit).
+func ReportBytes(r *Report) int64 {
+	n := int64(reportOverhead + len(r.Region) + len(r.Gateway))
+	for i := range r.Pairs {
+		n += pairBytes(&r.Pairs[i])
+	}
+	return n
+}
+
+func pairBytes(p *PairReport) int64 { return int64(pairOverhead + len(p.Key) + len(p.Limit)) }
 
 // Core decides shares from reports. It does no I/O and reads no clock:
 // reports and the time come in, shares go out. It is not safe for
@@ -49,6 +94,7 @@ type Core struct {
 	gateways  map[string]*gateway // region + "/" + gateway ID → its last report
 	perRegion []int               // gateways in gateways, by region
 	last      *Plan               // the last plan, whose shares small moves keep
+	bytes     int64               // ReportBytes of every report in gateways
 }
 
 // gateway is one gateway's last report.
@@ -56,6 +102,44 @@ type gateway struct {
 	region int
 	at     time.Time
 	rep    Report
+	bytes  int64 // ReportBytes(&rep)
+}
+
+// Reasons a report is refused or clamped: the values of RefusedError.Reason
+// and Taken.Clamped, and of the balancer's metrics' reason label.
+const (
+	ReasonInvalid  = "invalid"  // refused: malformed (Report.Validate) or an unknown region
+	ReasonClock    = "clock"    // refused: sent further ahead of the balancer's clock than MaxSkew
+	ReasonGateways = "gateways" // refused: the region already has MaxGateways gateways
+	ReasonRate     = "rate"     // clamped: more tokens a second than MaxGatewayRate
+	ReasonPair     = "pair"     // clamped: a pair asked for more than the report's Total
+)
+
+// RefusedError is the error Report returns for a report it refuses.
+type RefusedError struct {
+	// Reason is one of the Reason constants.
+	Reason string
+	Err    error
+}
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+func refused(reason string, format string, args ...any) error {
+	return &RefusedError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// Taken says what Report did with a report it did not refuse.
+type Taken struct {
+	// Overtaken is set when the report was dropped because its gateway's
+	// report in hand was sent later.
+	Overtaken bool
+	// Clamped lists the bounds its counts were cut down to (ReasonRate,
+	// ReasonPair), each once.
+	Clamped []string
+	// Evicted is how many pairs, of any report, were dropped to keep the
+	// state within MaxStateBytes.
+	Evicted int
 }
 
 // NewCore returns a Core for cfg.
@@ -82,6 +166,21 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 		return nil, fmt.Errorf("balancer: MaxKeys %d is negative", cfg.MaxKeys)
 	case cfg.MaxGateways < 0:
 		return nil, fmt.Errorf("balancer: MaxGateways %d is negative", cfg.MaxGateways)
+	case cfg.MaxSkew < 0:
+		return nil, fmt.Errorf("balancer: MaxSkew %v is negative", cfg.MaxSkew)
+	case cfg.MaxGatewayRate < 0 || math.IsNaN(cfg.MaxGatewayRate):
+		return nil, fmt.Errorf("balancer: MaxGatewayRate %v is not a rate", cfg.MaxGatewayRate)
+	case cfg.MaxStateBytes < 0:
+		return nil, fmt.Errorf("balancer: MaxStateBytes %d is negative", cfg.MaxStateBytes)
+	}
+	if cfg.MaxSkew == 0 {
+		cfg.MaxSkew = 30 * time.Second
+	}
+	if cfg.MaxGatewayRate == 0 {
+		cfg.MaxGatewayRate = DefaultMaxGatewayRate
+	}
+	if cfg.MaxStateBytes == 0 {
+		cfg.MaxStateBytes = DefaultMaxStateBytes
 	}
 	if cfg.MaxGateways == 0 {
 		cfg.MaxGateways = 1024
@@ -101,29 +200,156 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 	return &Core{cfg: cfg, index: index, gateways: map[string]*gateway{}, perRegion: make([]int, len(cfg.Regions))}, nil
 }
 
-// Report records a gateway's report received at now, replacing its last.
-func (c *Core) Report(now time.Time, r Report) error {
+// Report records a gateway's report received at now, replacing that
+// gateway's last (and no other gateway's). It refuses, with a
+// *RefusedError, a malformed report, one from an unknown region or from one
+// gateway too many, and one sent further ahead of now than MaxSkew. It
+// clamps counts no gateway can have seen (see Taken), and drops a report
+// sent before the one in hand.
+func (c *Core) Report(now time.Time, r Report) (Taken, error) {
+	var tk Taken
 	i, ok := c.index[r.Region]
 	if !ok {
-		return fmt.Errorf("report from %q: unknown region %q (want one of %v)", r.Gateway, r.Region, c.cfg.Regions)
+		return tk, refused(ReasonInvalid, "report from %q: unknown region %q (want one of %v)", r.Gateway, r.Region, c.cfg.Regions)
 	}
 	if err := r.Validate(); err != nil {
-		return err
+		return tk, &RefusedError{Reason: ReasonInvalid, Err: err}
+	}
+	if ahead := time.Duration(r.SentMillis-now.UnixMilli()) * time.Millisecond; ahead > c.cfg.MaxSkew {
+		return tk, refused(ReasonClock, "report from %q: sent at %d ms, %v ahead of the balancer's clock, more than the %v allowed",
+			r.Gateway, r.SentMillis, ahead, c.cfg.MaxSkew)
 	}
 	id := r.Region + "/" + r.Gateway
 	last := c.gateways[id]
 	if last != nil && r.SentMillis != 0 && r.SentMillis < last.rep.SentMillis {
-		return nil // overtaken by a later report from the same gateway
+		tk.Overtaken = true // by a later report from the same gateway
+		return tk, nil
 	}
 	if last == nil {
 		if c.perRegion[i] >= c.cfg.MaxGateways {
-			return fmt.Errorf("report from %q: region %q already has %d gateways reporting, the most kept (MaxGateways)",
+			return tk, refused(ReasonGateways, "report from %q: region %q already has %d gateways reporting, the most kept (MaxGateways)",
 				r.Gateway, r.Region, c.cfg.MaxGateways)
 		}
 		c.perRegion[i]++
+	} else {
+		c.bytes -= last.bytes
 	}
-	c.gateways[id] = &gateway{region: i, at: now, rep: r}
-	return nil
+	tk.Clamped = c.plausible(&r)
+	g := &gateway{region: i, at: now, rep: r, bytes: ReportBytes(&r)}
+	c.gateways[id] = g
+	c.bytes += g.bytes
+	tk.Evicted = c.trim()
+	return tk, nil
+}
+
+// plausible cuts r's counts down to what one gateway can have seen: its
+// Total to MaxGatewayRate over its span (its pairs in proportion), and
+// each pair's counts to its Total (one request counts once in Total and
+// once in each of its limits' pairs). It returns the bounds applied.
+func (c *Core) plausible(r *Report) []string {
+	var clamped []string
+	cloned := false
+	clone := func() {
+		if !cloned {
+			r.Pairs, cloned = slices.Clone(r.Pairs), true
+		}
+	}
+	if most := c.cfg.MaxGatewayRate * float64(r.SpanMillis) / 1000; float64(r.Total) > most {
+		f := most / float64(r.Total)
+		r.Total = int64(most)
+		clone()
+		for j := range r.Pairs {
+			p := &r.Pairs[j]
+			p.Asked, p.Admitted = int64(float64(p.Asked)*f), int64(float64(p.Admitted)*f)
+		}
+		clamped = append(clamped, ReasonRate)
+	}
+	pair := false
+	for j := range r.Pairs {
+		if r.Pairs[j].Asked > r.Total {
+			clone()
+			p := &r.Pairs[j]
+			p.Asked, p.Admitted, pair = r.Total, min(p.Admitted, r.Total), true
+		}
+	}
+	if pair {
+		clamped = append(clamped, ReasonPair)
+	}
+	return clamped
+}
+
+// StateBytes is the ReportBytes of every report the Core holds: at most
+// MaxStateBytes.
+func (c *Core) StateBytes() int64 { return c.bytes }
+
+// trim drops the pairs with the least demand, summed over every gateway,
+// from every report until the state is at most 7/8 of MaxStateBytes, if it
+// is above MaxStateBytes. It returns how many pairs it dropped.
+func (c *Core) trim() int {
+	if c.bytes <= c.cfg.MaxStateBytes {
+		return 0
+	}
+	type ranked struct {
+		share.Pair
+		demand float64
+		bytes  int64
+	}
+	at := map[share.Pair]int{}
+	var all []ranked
+	for _, g := range c.gateways {
+		secs := float64(g.rep.SpanMillis) / 1000
+		for j := range g.rep.Pairs {
+			p := &g.rep.Pairs[j]
+			k := share.Pair{Key: p.Key, Limit: p.Limit}
+			n, ok := at[k]
+			if !ok {
+				n = len(all)
+				at[k] = n
+				all = append(all, ranked{Pair: k})
+			}
+			all[n].demand += float64(p.Asked) / secs
+			all[n].bytes += pairBytes(p)
+		}
+	}
+	// Least demand first; among equals, the keys that sort last go first,
+	// so that the order does not depend on the map's.
+	slices.SortFunc(all, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(a.demand, b.demand), cmp.Compare(b.Key, a.Key), cmp.Compare(b.Limit, a.Limit))
+	})
+	excess := c.bytes - (c.cfg.MaxStateBytes - c.cfg.MaxStateBytes/8)
+	drop := map[share.Pair]bool{}
+	for _, r := range all {
+		if excess <= 0 {
+			break
+		}
+		drop[r.Pair] = true
+		excess -= r.bytes
+	}
+	evicted := 0
+	for _, g := range c.gateways {
+		n := 0
+		for j := range g.rep.Pairs {
+			if !drop[share.Pair{Key: g.rep.Pairs[j].Key, Limit: g.rep.Pairs[j].Limit}] {
+				n++
+			}
+		}
+		if n == len(g.rep.Pairs) {
+			continue
+		}
+		// A new slice, so that the dropped pairs' memory is freed.
+		kept := make([]PairReport, 0, n)
+		for _, p := range g.rep.Pairs {
+			if !drop[share.Pair{Key: p.Key, Limit: p.Limit}] {
+				kept = append(kept, p)
+			}
+		}
+		evicted += len(g.rep.Pairs) - n
+		g.rep.Pairs = kept
+		c.bytes -= g.bytes
+		g.bytes = ReportBytes(&g.rep)
+		c.bytes += g.bytes
+	}
+	return evicted
 }
 
 // Plan is the shares of every region at one rebalance. Shares are in parts
@@ -159,6 +385,7 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 		if now.Sub(g.at) > c.cfg.DownAfter {
 			delete(c.gateways, id)
 			c.perRegion[g.region]--
+			c.bytes -= g.bytes
 			continue
 		}
 		p.Up[g.region] = true

@@ -72,7 +72,7 @@ func TestCoreRebalance(t *testing.T) {
 	}
 	report := func(at time.Duration, region, gw string, total int64, pairs ...balancer.PairReport) {
 		t.Helper()
-		if err := c.Report(t0.Add(at), balancer.Report{Region: region, Gateway: gw, SpanMillis: 10_000, Total: total, Pairs: pairs}); err != nil {
+		if _, err := c.Report(t0.Add(at), balancer.Report{Region: region, Gateway: gw, SpanMillis: 10_000, Total: total, Pairs: pairs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestCoreRefuses(t *testing.T) {
 		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: make([]balancer.PairReport, balancer.MaxPairsPerReport+1)},
 	}
 	for _, r := range bad {
-		if err := c.Report(now, r); err == nil {
+		if _, err := c.Report(now, r); err == nil {
 			t.Errorf("got no error for report %+v", r)
 		}
 	}
@@ -149,7 +149,7 @@ func TestCoreMaxKeys(t *testing.T) {
 	for i, k := range []string{"k:a", "k:b", "k:c"} {
 		pairs = append(pairs, balancer.PairReport{Key: k, Limit: "s", Asked: int64(i + 1)})
 	}
-	if err := c.Report(now, balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, Pairs: pairs}); err != nil {
+	if _, err := c.Report(now, balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, Total: 10, Pairs: pairs}); err != nil {
 		t.Fatal(err)
 	}
 	p := c.Rebalance(now)
@@ -167,11 +167,11 @@ func TestCoreDropsOvertakenReports(t *testing.T) {
 	}
 	now := time.Now()
 	rep := func(sent, asked int64) balancer.Report {
-		return balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, SentMillis: sent,
+		return balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, SentMillis: sent, Total: 100,
 			Pairs: []balancer.PairReport{{Key: "k:a", Limit: "s", Asked: asked}}}
 	}
 	for _, r := range []balancer.Report{rep(2000, 7), rep(1000, 99)} {
-		if err := c.Report(now, r); err != nil {
+		if _, err := c.Report(now, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +191,8 @@ func TestCoreMaxGateways(t *testing.T) {
 	}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	rep := func(region, gw string, at time.Time) error {
-		return c.Report(at, balancer.Report{Region: region, Gateway: gw, SpanMillis: 1000, Total: 1})
+		_, err := c.Report(at, balancer.Report{Region: region, Gateway: gw, SpanMillis: 1000, Total: 1})
+		return err
 	}
 	for _, gw := range []string{"us-1", "us-2"} {
 		if err := rep("us", gw, now); err != nil {
@@ -235,7 +236,7 @@ func BenchmarkRebalanceMaxKeys(b *testing.B) {
 			for i := range 100 {
 				ps = append(ps, balancer.PairReport{Key: fmt.Sprintf("k:%s-%d-%d", r, g, i), Limit: "s", Asked: 5})
 			}
-			if err := c.Report(now, balancer.Report{Region: r, Gateway: fmt.Sprint(g), SpanMillis: 10_000, Total: 1e6, Pairs: ps}); err != nil {
+			if _, err := c.Report(now, balancer.Report{Region: r, Gateway: fmt.Sprint(g), SpanMillis: 10_000, Total: 1e6, Pairs: ps}); err != nil {
 				b.Fatal(err)
 			}
 		}
