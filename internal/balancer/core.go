@@ -51,7 +51,8 @@ type CoreConfig struct {
 	// MaxStateBytes bounds the reports the balancer keeps, as counted by
 	// ReportBytes: when a report would take the state above it, the
 	// pairs with the least demand (summed over every gateway) are dropped
-	// from every report until the state is at most 7/8 of it. Zero means
+	// from every report until the state is at most 3/4 of it (so that
+	// a flood does not trim at every report). Zero means
 	// DefaultMaxStateBytes.
 	MaxStateBytes int64
 }
@@ -283,47 +284,19 @@ func (c *Core) plausible(r *Report) []string {
 func (c *Core) StateBytes() int64 { return c.bytes }
 
 // trim drops the pairs with the least demand, summed over every gateway,
-// from every report until the state is at most 7/8 of MaxStateBytes, if it
+// from every report until the state is at most 3/4 of MaxStateBytes, if it
 // is above MaxStateBytes. It returns how many pairs it dropped.
 func (c *Core) trim() int {
 	if c.bytes <= c.cfg.MaxStateBytes {
 		return 0
 	}
-	type ranked struct {
-		share.Pair
-		demand float64
-		bytes  int64
-	}
-	at := map[share.Pair]int{}
-	var all []ranked
-	for _, g := range c.gateways {
-		secs := float64(g.rep.SpanMillis) / 1000
-		for j := range g.rep.Pairs {
-			p := &g.rep.Pairs[j]
-			k := share.Pair{Key: p.Key, Limit: p.Limit}
-			n, ok := at[k]
-			if !ok {
-				n = len(all)
-				at[k] = n
-				all = append(all, ranked{Pair: k})
-			}
-			all[n].demand += float64(p.Asked) / secs
-			all[n].bytes += pairBytes(p)
-		}
-	}
-	// Least demand first; among equals, the keys that sort last go first,
-	// so that the order does not depend on the map's.
-	slices.SortFunc(all, func(a, b ranked) int {
-		return cmp.Or(cmp.Compare(a.demand, b.demand), cmp.Compare(b.Key, a.Key), cmp.Compare(b.Limit, a.Limit))
-	})
-	excess := c.bytes - (c.cfg.MaxStateBytes - c.cfg.MaxStateBytes/8)
+	t := c.pairTable()
+	order := t.busiest()
+	excess := c.bytes - (c.cfg.MaxStateBytes - c.cfg.MaxStateBytes/4)
 	drop := map[share.Pair]bool{}
-	for _, r := range all {
-		if excess <= 0 {
-			break
-		}
-		drop[r.Pair] = true
-		excess -= r.bytes
+	for j := len(order) - 1; j >= 0 && excess > 0; j-- {
+		drop[t.keys[order[j]]] = true
+		excess -= t.bytes[order[j]]
 	}
 	evicted := 0
 	for _, g := range c.gateways {
@@ -380,7 +353,7 @@ type PairPlan struct {
 // then there is nothing to base shares on, and gateways keep theirs.
 func (c *Core) Rebalance(now time.Time) *Plan {
 	n := len(c.cfg.Regions)
-	p := &Plan{Regions: c.cfg.Regions, Up: make([]bool, n), Totals: make([]float64, n), Pairs: map[share.Pair]*PairPlan{}}
+	p := &Plan{Regions: c.cfg.Regions, Up: make([]bool, n), Totals: make([]float64, n)}
 	for id, g := range c.gateways {
 		if now.Sub(g.at) > c.cfg.DownAfter {
 			delete(c.gateways, id)
@@ -389,42 +362,22 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 			continue
 		}
 		p.Up[g.region] = true
-		secs := float64(g.rep.SpanMillis) / 1000
-		p.Totals[g.region] += float64(g.rep.Total) / secs
-		for _, r := range g.rep.Pairs {
-			k := share.Pair{Key: r.Key, Limit: r.Limit}
-			pp := p.Pairs[k]
-			if pp == nil {
-				pp = &PairPlan{Demand: make([]float64, n)}
-				p.Pairs[k] = pp
-			}
-			pp.Demand[g.region] += float64(r.Asked) / secs
-		}
+		p.Totals[g.region] += float64(g.rep.Total) / (float64(g.rep.SpanMillis) / 1000)
 	}
 	if !slices.Contains(p.Up, true) {
 		return nil
 	}
-	if len(p.Pairs) > c.cfg.MaxKeys {
-		// Each pair's demand is summed once, not in the comparator: the
-		// sort runs under the server's mutex.
-		type ranked struct {
-			share.Pair
-			demand float64
-		}
-		keys := make([]ranked, 0, len(p.Pairs))
-		for k, pp := range p.Pairs {
-			var d float64
-			for _, v := range pp.Demand {
-				d += v
-			}
-			keys = append(keys, ranked{k, d})
-		}
-		slices.SortFunc(keys, func(a, b ranked) int {
-			return cmp.Or(cmp.Compare(b.demand, a.demand), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit))
-		})
-		for _, k := range keys[c.cfg.MaxKeys:] {
-			delete(p.Pairs, k.Pair)
-		}
+	t := c.pairTable()
+	order := t.busiest()
+	if len(order) > c.cfg.MaxKeys {
+		order = order[:c.cfg.MaxKeys]
+	}
+	p.Pairs = make(map[share.Pair]*PairPlan, len(order))
+	demand := make([]float64, len(order)*n) // one allocation for every kept pair's
+	for j, i := range order {
+		d := demand[j*n : (j+1)*n : (j+1)*n]
+		copy(d, t.demand[int(i)*n:])
+		p.Pairs[t.keys[i]] = &PairPlan{Demand: d}
 	}
 	p.Defaults = c.steady(Split(p.Totals, p.Up, c.cfg.MinShare), c.lastDefaults())
 	for k, pp := range p.Pairs {
@@ -432,6 +385,81 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 	}
 	c.last = p
 	return p
+}
+
+// pairTable is every pair of the reports kept, each once: what Rebalance
+// and trim rank. It is built without an allocation per pair, so that a
+// state at its bound (some 200000 pairs) costs little more than its size.
+type pairTable struct {
+	n      int          // regions
+	keys   []share.Pair // the pairs
+	demand []float64    // n per pair: tokens a second each region asked for
+	total  []float64    // per pair: the sum of its demand
+	bytes  []int64      // per pair: what its entries in every report count in ReportBytes
+}
+
+func (c *Core) pairTable() *pairTable {
+	t := &pairTable{n: len(c.cfg.Regions)}
+	// First each entry's pair index, hashing each key once; then the sums,
+	// in slices of their final size.
+	at := make(map[share.Pair]int32)
+	var idx []int32
+	gws := make([]*gateway, 0, len(c.gateways)) // one order for both passes
+	for _, g := range c.gateways {
+		gws = append(gws, g)
+	}
+	for _, g := range gws {
+		for j := range g.rep.Pairs {
+			k := share.Pair{Key: g.rep.Pairs[j].Key, Limit: g.rep.Pairs[j].Limit}
+			i, ok := at[k]
+			if !ok {
+				i = int32(len(t.keys))
+				at[k] = i
+				t.keys = append(t.keys, k)
+			}
+			idx = append(idx, i)
+		}
+	}
+	t.demand, t.total, t.bytes = make([]float64, len(t.keys)*t.n), make([]float64, len(t.keys)), make([]int64, len(t.keys))
+	e := 0
+	for _, g := range gws {
+		secs := float64(g.rep.SpanMillis) / 1000
+		for j := range g.rep.Pairs {
+			r, i := &g.rep.Pairs[j], idx[e]
+			e++
+			d := float64(r.Asked) / secs
+			t.demand[int(i)*t.n+g.region] += d
+			t.total[i] += d
+			t.bytes[i] += pairBytes(r)
+		}
+	}
+	return t
+}
+
+// busiest returns the indices of t's pairs, the most demand first; among
+// equals, by key and limit, so that the order does not depend on the
+// map's. Each pair's demand is summed once, not in the comparator, and
+// keys are compared only within a run of equal demand: the sort runs
+// under the server's mutex.
+func (t *pairTable) busiest() []int32 {
+	order := make([]int32, len(t.keys))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(t.total[b], t.total[a]) })
+	for i := 0; i < len(order); {
+		j := i + 1
+		for j < len(order) && t.total[order[j]] == t.total[order[i]] {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(order[i:j], func(a, b int32) int {
+				return cmp.Or(cmp.Compare(t.keys[a].Key, t.keys[b].Key), cmp.Compare(t.keys[a].Limit, t.keys[b].Limit))
+			})
+		}
+		i = j
+	}
+	return order
 }
 
 // steady returns old when no region's share moved by Hysteresis or more
