@@ -402,12 +402,16 @@ func (c *Core) pairTable() *pairTable {
 	t := &pairTable{n: len(c.cfg.Regions)}
 	// First each entry's pair index, hashing each key once; then the sums,
 	// in slices of their final size.
-	at := make(map[share.Pair]int32)
-	var idx []int32
 	gws := make([]*gateway, 0, len(c.gateways)) // one order for both passes
+	entries, widest := 0, 0                     // pairs in all reports, in the longest: at least the distinct ones
 	for _, g := range c.gateways {
 		gws = append(gws, g)
+		entries += len(g.rep.Pairs)
+		widest = max(widest, len(g.rep.Pairs))
 	}
+	at := make(map[share.Pair]int32, widest)
+	idx := make([]int32, 0, entries)
+	t.keys = make([]share.Pair, 0, widest)
 	for _, g := range gws {
 		for j := range g.rep.Pairs {
 			k := share.Pair{Key: g.rep.Pairs[j].Key, Limit: g.rep.Pairs[j].Limit}
