@@ -140,9 +140,14 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if o.cfg.MaxKeys < 1 || o.cfg.MaxGateways < 1 {
 		return fmt.Errorf("--max-keys %d and --max-gateways %d: want at least 1", o.cfg.MaxKeys, o.cfg.MaxGateways)
 	}
-	if o.cfg.MaxStateBytes < 1<<20 || !(o.cfg.MaxGatewayRate > 0) || o.cfg.MaxSkew <= 0 {
-		return fmt.Errorf("--max-state-bytes %d (want at least 1 MiB), --max-gateway-rate %v and --max-clock-skew %v must be positive",
-			o.cfg.MaxStateBytes, o.cfg.MaxGatewayRate, o.cfg.MaxSkew)
+	// Trimming drops pairs, never a report itself: leave room for every
+	// gateway's, with its names.
+	if least := max(1<<20, int64(len(o.cfg.Regions))*int64(o.cfg.MaxGateways)*512); o.cfg.MaxStateBytes < least {
+		return fmt.Errorf("--max-state-bytes %d: want at least %d (1 MiB, and 512 bytes for each of --max-gateways %d in each of %d regions)",
+			o.cfg.MaxStateBytes, least, o.cfg.MaxGateways, len(o.cfg.Regions))
+	}
+	if !(o.cfg.MaxGatewayRate > 0) || o.cfg.MaxSkew <= 0 {
+		return fmt.Errorf("--max-gateway-rate %v and --max-clock-skew %v must be positive", o.cfg.MaxGatewayRate, o.cfg.MaxSkew)
 	}
 	if o.cfg.Tokens, err = balancerTokens(o.tokensFile); err != nil {
 		return err
