@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,7 +104,9 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 // gateway its token is not bound to. Every one is refused and counted, and
 // us's shares do not move.
 func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
-	h := serve(t, balancer.Config{Regions: []string{"us", "eu"}, Tokens: testTokens, Interval: 50 * time.Millisecond})
+	var log logBuffer
+	h := serve(t, balancer.Config{Regions: []string{"us", "eu"}, Tokens: testTokens, Interval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	h.run()
 	ctx, reg, wg, hs := h.ctx, h.reg, h.wg, struct{ URL string }{h.url}
 	us := startRegion(t, ctx, wg, hs.URL, "us", usToken).store
@@ -147,6 +151,11 @@ func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
 	for _, a := range attacks {
 		if n := counter(t, reg, "sluice_balancer_refused_total", map[string]string{"reason": a.reason}); n < 3 {
 			t.Errorf("%s: sluice_balancer_refused_total{reason=%q} is %v, want at least 3", a.what, a.reason, n)
+		}
+	}
+	for _, want := range []string{`"msg":"balancer call refused","reason":"region","region":"eu"`, `"reason":"clock"`, `"reason":"gateway"`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the balancer's log lacks %s:\n%s", want, log.String())
 		}
 	}
 	reportsBefore := counter(t, reg, "sluice_balancer_reports_total", map[string]string{"region": "us"})
@@ -358,11 +367,33 @@ func TestStateBoundUnderFlood(t *testing.T) {
 	runtime.KeepAlive(c)
 }
 
-// TestServerStateMetrics checks the state bound's metrics on a server fed
-// more than its bound: the state in bytes and the pairs evicted.
+// logBuffer is a log destination safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServerStateMetrics checks, on a server fed more than its bound, the
+// state bound's metrics (the state in bytes, the pairs evicted) and the
+// clamp's (a report above the gateway rate is taken cut, counted and
+// logged).
 func TestServerStateMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Tokens: testTokens[:1], MaxStateBytes: 1 << 20, Registerer: reg})
+	var log logBuffer
+	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Tokens: testTokens[:1], MaxStateBytes: 1 << 20, Registerer: reg,
+		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,6 +409,18 @@ func TestServerStateMetrics(t *testing.T) {
 	}
 	if got := counter(t, reg, "sluice_balancer_pairs_evicted_total", nil); got == 0 {
 		t.Error("sluice_balancer_pairs_evicted_total is 0 after 2 MB of reports against a 1 MB bound")
+	}
+	huge := balancer.Report{Region: "us", Gateway: "g9", SpanMillis: 1000, Total: 1e15}
+	if code, body := call(t, http.MethodPost, hs.URL+balancer.ReportPath, "Bearer", usToken, huge); code != http.StatusNoContent {
+		t.Fatalf("a report of 10^15 tokens a second: got %d %s, want 204 (taken, cut)", code, body)
+	}
+	if got := counter(t, reg, "sluice_balancer_reports_clamped_total", map[string]string{"region": "us", "reason": balancer.ReasonRate}); got != 1 {
+		t.Errorf("sluice_balancer_reports_clamped_total{reason=rate}: got %v, want 1", got)
+	}
+	for _, want := range []string{`"msg":"balancer report clamped to what one gateway can have seen"`, `"msg":"balancer state at its bound`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the balancer's log lacks %s:\n%s", want, log.String())
+		}
 	}
 }
 
