@@ -220,6 +220,10 @@ func (c *Core) Report(now time.Time, r Report) (Taken, error) {
 		return tk, refused(ReasonClock, "report from %q: sent at %d ms, %v ahead of the balancer's clock, more than the %v allowed",
 			r.Gateway, r.SentMillis, ahead, c.cfg.MaxSkew)
 	}
+	// A report is ordered by when it was sent, but never later than when
+	// it arrived: one stamped ahead (within MaxSkew) cannot make its
+	// gateway's next real reports look overtaken.
+	r.SentMillis = min(r.SentMillis, now.UnixMilli())
 	id := r.Region + "/" + r.Gateway
 	last := c.gateways[id]
 	if last != nil && r.SentMillis != 0 && r.SentMillis < last.rep.SentMillis {

@@ -178,6 +178,19 @@ func TestCoreDropsOvertakenReports(t *testing.T) {
 	if got := c.Rebalance(now).Pairs[share.Pair{Key: "k:a", Limit: "s"}].Demand[0]; got != 7 {
 		t.Errorf("got demand %v, want 7 from the later report", got)
 	}
+	// A report stamped ahead of the balancer's clock, within the skew
+	// allowed, counts as sent when it arrived: the gateway's next report,
+	// sent a second later, replaces it.
+	now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, r := range []balancer.Report{rep(now.Add(25*time.Second).UnixMilli(), 99), rep(now.Add(time.Second).UnixMilli(), 7)} {
+		tk, err := c.Report(now.Add(time.Duration(i)*time.Second), r)
+		if err != nil || tk.Overtaken {
+			t.Fatalf("report %d: got %+v, %v, want it taken", i, tk, err)
+		}
+	}
+	if got := c.Rebalance(now.Add(time.Second)).Pairs[share.Pair{Key: "k:a", Limit: "s"}].Demand[0]; got != 7 {
+		t.Errorf("got demand %v, want 7 from the report sent after the one stamped ahead arrived", got)
+	}
 }
 
 // TestCoreMaxGateways checks that a region's gateways beyond MaxGateways

@@ -52,7 +52,8 @@ type Report struct {
 	// by its clock: reports are sent without waiting for each other, and
 	// one that arrives after a later one from the same gateway is dropped.
 	// One sent further ahead of the balancer's clock than its MaxSkew is
-	// refused. Zero means unknown: the report is taken as the newest.
+	// refused, and none counts as sent later than it arrived. Zero means
+	// unknown: the report is taken as the newest.
 	SentMillis int64 `json:"sent_ms,omitempty"`
 	// Total is how many tokens the gateway's requests asked for, every
 	// key included. The balancer cuts it to its MaxGatewayRate over the
