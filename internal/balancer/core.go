@@ -295,32 +295,47 @@ func (c *Core) trim() int {
 		return 0
 	}
 	t := c.pairTable()
-	order := t.busiest()
+	order := t.byDemand()
 	excess := c.bytes - (c.cfg.MaxStateBytes - c.cfg.MaxStateBytes/4)
-	drop := map[share.Pair]bool{}
-	for j := len(order) - 1; j >= 0 && excess > 0; j-- {
-		drop[t.keys[order[j]]] = true
-		excess -= t.bytes[order[j]]
+	drop := make([]bool, len(t.keys))
+	// Whole runs of equal demand from the least; in the run that covers
+	// the excess, the keys that sort last go first.
+	for end := len(order); end > 0 && excess > 0; {
+		start, _ := t.run(order, end-1)
+		var run int64
+		for _, i := range order[start:end] {
+			run += t.bytes[i]
+		}
+		if run > excess {
+			t.byKey(order[start:end])
+		}
+		for j := end - 1; j >= start && excess > 0; j-- {
+			drop[order[j]] = true
+			excess -= t.bytes[order[j]]
+		}
+		end = start
 	}
-	evicted := 0
-	for _, g := range c.gateways {
+	evicted, e := 0, 0
+	for _, g := range t.gws {
+		entries := t.idx[e : e+len(g.rep.Pairs)]
+		e += len(g.rep.Pairs)
 		n := 0
-		for j := range g.rep.Pairs {
-			if !drop[share.Pair{Key: g.rep.Pairs[j].Key, Limit: g.rep.Pairs[j].Limit}] {
+		for _, i := range entries {
+			if !drop[i] {
 				n++
 			}
 		}
-		if n == len(g.rep.Pairs) {
+		if n == len(entries) {
 			continue
 		}
 		// A new slice, so that the dropped pairs' memory is freed.
 		kept := make([]PairReport, 0, n)
-		for _, p := range g.rep.Pairs {
-			if !drop[share.Pair{Key: p.Key, Limit: p.Limit}] {
-				kept = append(kept, p)
+		for j, i := range entries {
+			if !drop[i] {
+				kept = append(kept, g.rep.Pairs[j])
 			}
 		}
-		evicted += len(g.rep.Pairs) - n
+		evicted += len(entries) - n
 		g.rep.Pairs = kept
 		c.bytes -= g.bytes
 		g.bytes = ReportBytes(&g.rep)
@@ -372,8 +387,11 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 		return nil
 	}
 	t := c.pairTable()
-	order := t.busiest()
+	order := t.byDemand()
 	if len(order) > c.cfg.MaxKeys {
+		// The busiest MaxKeys; among equals at the cut, by key.
+		start, end := t.run(order, c.cfg.MaxKeys)
+		t.byKey(order[start:end])
 		order = order[:c.cfg.MaxKeys]
 	}
 	p.Pairs = make(map[share.Pair]*PairPlan, len(order))
@@ -395,6 +413,8 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 // and trim rank. It is built without an allocation per pair, so that a
 // state at its bound (some 200000 pairs) costs little more than its size.
 type pairTable struct {
+	gws    []*gateway   // the reports, in the order of idx
+	idx    []int32      // each report's pairs' indices in keys, report after report
 	n      int          // regions
 	keys   []share.Pair // the pairs
 	demand []float64    // n per pair: tokens a second each region asked for
@@ -428,6 +448,7 @@ func (c *Core) pairTable() *pairTable {
 			idx = append(idx, i)
 		}
 	}
+	t.gws, t.idx = gws, idx
 	t.demand, t.total, t.bytes = make([]float64, len(t.keys)*t.n), make([]float64, len(t.keys)), make([]int64, len(t.keys))
 	e := 0
 	for _, g := range gws {
@@ -444,30 +465,39 @@ func (c *Core) pairTable() *pairTable {
 	return t
 }
 
-// busiest returns the indices of t's pairs, the most demand first; among
-// equals, by key and limit, so that the order does not depend on the
-// map's. Each pair's demand is summed once, not in the comparator, and
-// keys are compared only within a run of equal demand: the sort runs
-// under the server's mutex.
-func (t *pairTable) busiest() []int32 {
+// byDemand returns the indices of t's pairs, the most demand first. Each
+// pair's demand is summed once, not in the comparator, and keys are not
+// compared: the sort runs under the server's mutex. Within a run of equal
+// demand the order is arbitrary until byKey orders the run.
+func (t *pairTable) byDemand() []int32 {
 	order := make([]int32, len(t.keys))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(t.total[b], t.total[a]) })
-	for i := 0; i < len(order); {
-		j := i + 1
-		for j < len(order) && t.total[order[j]] == t.total[order[i]] {
-			j++
-		}
-		if j-i > 1 {
-			slices.SortFunc(order[i:j], func(a, b int32) int {
-				return cmp.Or(cmp.Compare(t.keys[a].Key, t.keys[b].Key), cmp.Compare(t.keys[a].Limit, t.keys[b].Limit))
-			})
-		}
-		i = j
-	}
 	return order
+}
+
+// run returns the bounds [start, end) of the run of equal demand in order
+// around position at.
+func (t *pairTable) run(order []int32, at int) (start, end int) {
+	d := t.total[order[at]]
+	start, end = at, at+1
+	for start > 0 && t.total[order[start-1]] == d {
+		start--
+	}
+	for end < len(order) && t.total[order[end]] == d {
+		end++
+	}
+	return start, end
+}
+
+// byKey sorts pairs by key and limit, so that a cut through a run of equal
+// demand does not depend on the map's order.
+func (t *pairTable) byKey(pairs []int32) {
+	slices.SortFunc(pairs, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(t.keys[a].Key, t.keys[b].Key), cmp.Compare(t.keys[a].Limit, t.keys[b].Limit))
+	})
 }
 
 // steady returns old when no region's share moved by Hysteresis or more

@@ -156,6 +156,26 @@ func TestCoreMaxKeys(t *testing.T) {
 	if _, ok := p.Pairs[share.Pair{Key: "k:a", Limit: "s"}]; ok || len(p.Pairs) != 2 {
 		t.Errorf("got %d pairs (k:a kept: %v), want the 2 busiest", len(p.Pairs), ok)
 	}
+	// Among equally busy pairs at the cut, the first keys are kept,
+	// whatever the order of the reports.
+	for range 5 {
+		c, err := balancer.NewCore(balancer.CoreConfig{Regions: []string{"us"}, MaxKeys: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range []string{"k:d", "k:c", "k:b", "k:a"} {
+			rep := balancer.Report{Region: "us", Gateway: k, SpanMillis: 1000, Total: 10, Pairs: []balancer.PairReport{{Key: k, Limit: "s", Asked: min(int64(i+1), 2)}}}
+			if _, err := c.Report(now, rep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := c.Rebalance(now)
+		_, b := p.Pairs[share.Pair{Key: "k:b", Limit: "s"}]
+		_, a := p.Pairs[share.Pair{Key: "k:a", Limit: "s"}]
+		if !a || !b || len(p.Pairs) != 2 {
+			t.Fatalf("got %d pairs (k:a %v, k:b %v), want k:a and k:b of the three asking 2", len(p.Pairs), a, b)
+		}
+	}
 }
 
 // TestCoreDropsOvertakenReports checks that a report arriving after a
