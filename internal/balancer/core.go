@@ -39,9 +39,10 @@ type CoreConfig struct {
 	// them has been silent for DownAfter. Zero means 1024.
 	MaxGateways int
 	// MaxSkew bounds how far ahead of the balancer's clock a report's
-	// SentMillis may be: a report sent "later" than that is refused, so
-	// that no report can claim to overtake all of its gateway's reports to
-	// come. Zero means 30 seconds.
+	// SentMillis may be: a report sent "later" than that is refused. Any
+	// report counts as sent no later than it arrived, so that none can
+	// make its gateway's reports to come look overtaken. Zero means 30
+	// seconds.
 	MaxSkew time.Duration
 	// MaxGatewayRate bounds the tokens a second one gateway can plausibly
 	// have been asked for, every key included: a report whose Total over
@@ -123,7 +124,10 @@ type RefusedError struct {
 	Err    error
 }
 
+// Error says why the report was refused.
 func (e *RefusedError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error that says why.
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 func refused(reason string, format string, args ...any) error {
