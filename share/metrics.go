@@ -20,11 +20,11 @@ func registerMetrics(s *Store, reg prometheus.Registerer) error {
 		}
 	}
 	cs := []prometheus.Collector{
-		gauge("share_age_seconds", "Seconds since the quota balancer last set or confirmed this region's shares (since start before the first table). Past the stale timeout (5 minutes by default) only the default share applies.",
+		gauge("share_age_seconds", "Seconds since the quota balancer last set or confirmed this region's shares (since start before the first table). Past the stale timeout (5 minutes by default) every key gets at most an even split.",
 			func() float64 { return s.Age().Seconds() }),
 		gauge("share_version", "Version of the region share table in force; 0 before the first.",
 			table(func(t *Table) float64 { return float64(t.Version) })),
-		gauge("share_stale", "1 while the region share table is past its stale timeout and every key gets the default share, else 0.",
+		gauge("share_stale", "1 while the region share table is past its stale timeout and every key gets at most an even split between the regions, else 0.",
 			func() float64 {
 				if s.Stale() {
 					return 1

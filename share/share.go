@@ -13,9 +13,11 @@
 // balancer where traffic is.
 //
 // A table that has not been confirmed by the balancer for Config.Stale (5
-// minutes) loses its per-key shares: every key then gets the default share,
-// or its last share if that was smaller, so that regions that go stale at
-// different moments never add up to more than the whole.
+// minutes) falls back to a fixed split: every key then gets an even split
+// between Config.Regions, or its share in the table if that was smaller,
+// so that regions that go stale at different moments never add up to more
+// than the whole, and a region cut off from the balancer while the others
+// are not adds at most its even split to the limit.
 // Before the first table, the default is an even split between
 // Config.Regions.
 package share
@@ -75,9 +77,9 @@ type Config struct {
 	// each gets an even split, Whole / Regions.
 	Regions int
 	// Stale is how long a table stays in force without the balancer
-	// confirming it; after that each key gets the table's default share,
-	// or its own share in the table if that is smaller. Zero means 5
-	// minutes.
+	// confirming it; after that each key gets an even split between
+	// Regions, or its share in the table (its own, else the default) if
+	// that is smaller. Zero means 5 minutes.
 	Stale time.Duration
 	// Interval is how often the balancer rebalances. A request that the
 	// whole limit could admit but this region's share never can is
@@ -200,16 +202,16 @@ func (s *Store) Age() time.Duration {
 }
 
 // Stale reports whether the table has gone unconfirmed past Config.Stale,
-// so that each key gets the table's default share or its own, whichever is
-// smaller. It is false before the first table, when the even split
+// so that each key gets the even split or its share in the table,
+// whichever is smaller. It is false before the first table, when the even split
 // applies.
 func (s *Store) Stale() bool {
 	return s.table.Load() != nil && s.Age() > s.cfg.Stale
 }
 
 // Share returns the share this region enforces for one limit of a key
-// now: the table's, its default (the smaller of the two when the table is
-// stale), or an even split before the first table.
+// now: the table's (its own, else its default; when the table is stale, no
+// more than an even split), or an even split before the first table.
 func (s *Store) Share(key, limitName string) uint32 {
 	return s.lookup(s.view(), Pair{key, limitName})
 }
@@ -229,8 +231,8 @@ func (s *Store) view() view {
 	stale := s.cfg.Now().UnixNano()-s.contact.Load() > int64(s.cfg.Stale)
 	if stale != s.stale.Load() && s.stale.CompareAndSwap(!stale, stale) {
 		if stale {
-			s.cfg.Logger.Warn("region shares are stale: the balancer has not answered; every key gets the default share",
-				"age", s.Age().String(), "default", Fraction(t.Default), "version", t.Version)
+			s.cfg.Logger.Warn("region shares are stale: the balancer has not answered; every key gets at most an even split",
+				"age", s.Age().String(), "even", Fraction(s.even), "default", Fraction(t.Default), "version", t.Version)
 		} else {
 			s.cfg.Logger.Info("region shares are fresh again", "version", t.Version)
 		}
@@ -256,13 +258,15 @@ func (s *Store) lookup(v view, p Pair) uint32 {
 		// before the first table.
 		return s.even
 	case !ok:
-		return v.t.Default
+		sh = v.t.Default
 	}
-	// Stale: the default, but never more than the key's last share. Other
-	// regions may still run the same table fresh, or have gone stale
-	// already; either way each region's share is at most its share in one
-	// table whose shares add up to at most the whole.
-	return min(sh, v.t.Default)
+	// Stale: the fixed even split, but never more than the share in the
+	// last table. Other regions may still run the same table fresh, or
+	// have gone stale already; either way each region's share is at most
+	// its share in one table, whose shares add up to at most the whole.
+	// And a region cut off from the balancer while the others go on adds
+	// at most the even split to the whole they share between them.
+	return min(sh, s.even)
 }
 
 // Take scales req's limits to this region's shares and passes it to the

@@ -133,17 +133,21 @@ func TestStoreShares(t *testing.T) {
 	if got := admit(t, s, "k:quiet", l, 100); got != 9 {
 		t.Errorf("quiet key: got %d admitted, want 9 (the 10%% default)", got)
 	}
-	// Unconfirmed past the stale timeout, only the default applies.
+	// Unconfirmed past the stale timeout, the fixed even split applies
+	// (a third), where the table gave more.
 	clock.Advance(time.Minute + time.Millisecond)
 	if !s.Stale() {
 		t.Fatal("got fresh shares past the stale timeout")
 	}
-	// A minute refilled the bucket; its burst is now the default's 9.
-	if got := admit(t, s, "k:busy", l, 100); got != 9 {
-		t.Errorf("busy key with stale shares: got %d admitted, want 9 (the 10%% default)", got)
+	// A minute refilled the bucket; its burst is now the even split's 29.
+	if got := admit(t, s, "k:busy", l, 100); got != 29 {
+		t.Errorf("busy key with stale shares: got %d admitted, want 29 (the even third)", got)
 	}
-	if got := s.Share("k:busy", "s"); got != 100_000 {
-		t.Errorf("got stale share %d, want the default 100000", got)
+	if got := s.Share("k:busy", "s"); got != 333_333 {
+		t.Errorf("got stale share %d, want the even split 333333", got)
+	}
+	if got := s.Share("k:quiet", "s"); got != 100_000 {
+		t.Errorf("got stale share %d for a key not in the table, want the default 100000, below the even split", got)
 	}
 	s.Touch()
 	if got := s.Share("k:busy", "s"); got != 800_000 {
@@ -161,6 +165,14 @@ func TestStoreShares(t *testing.T) {
 	}
 	if got := s.Share("k:other", "s"); got != 300_000 {
 		t.Errorf("got stale share %d for a key not in the table, want the default 300000", got)
+	}
+	// A default above the even split falls to it.
+	if err := s.Set(&share.Table{Version: 3, Default: 600_000}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute + time.Millisecond)
+	if got := s.Share("k:other", "s"); got != 333_333 {
+		t.Errorf("got stale share %d for a key under a default of 600000, want the even split 333333", got)
 	}
 	if err := s.Set(&share.Table{Default: Whole + 1}); err == nil {
 		t.Error("got no error for a default share above the whole")

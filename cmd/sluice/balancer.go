@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,18 +17,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/share"
 )
 
-// envBalancerToken holds the bearer token the balancer asks gateways for,
-// on both sides.
+// envBalancerToken holds, on a gateway, the bearer token it gives the
+// balancer: its region's token. On the balancer it is the fleet token,
+// good for every region, kept only while gateways move to region tokens
+// (--tokens).
 const envBalancerToken = "SLUICE_BALANCER_TOKEN"
 
 // balancerOptions are the balancer's command-line flags.
 type balancerOptions struct {
 	cfg             balancer.Config
+	tokensFile      string
 	listen          string
 	minShare        float64
 	shutdownTimeout time.Duration
@@ -62,9 +68,10 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 		"Runs the quota balancer: gateways of every region report their busiest keys,",
 		"and each region gets a share of each busy key's global limit in proportion",
 		"to its traffic. Serves gateways under /v1, a key's shares at /v1/keys/KEY,",
-		"/healthz and /metrics. Every call under /v1 must carry the bearer token in",
-		"$"+envBalancerToken+"; without it the balancer refuses to start unless --trusted-network.",
-		"See docs/regions.md.",
+		"/healthz and /metrics. Every call under /v1 must carry a bearer token: a region's",
+		"from --tokens (reports and polls of that region only), an operator's from",
+		"--tokens (key look-ups only), or the fleet token in $"+envBalancerToken+" (all).",
+		"Without any the balancer refuses to start unless --trusted-network. See docs/regions.md.",
 	)
 	fs.StringVar(&o.listen, "listen", o.listen, "`address` to serve on")
 	fs.Func("regions", "`names` of every region, comma-separated, as the gateways' --region", regionsFlag(&c.Regions))
@@ -75,6 +82,10 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 	fs.IntVar(&c.MaxGateways, "max-gateways", 1024, "most gateways of one region whose reports count; a report from one more is refused")
 	fs.DurationVar(&c.MaxWait, "poll-timeout", 30*time.Second, "longest a gateway's long poll is held")
 	fs.StringVar(&c.Primary, "standby-of", "", "base `URL` of the active balancer: stand by while it answers its /healthz, take over when it has not for --down-after")
+	fs.StringVar(&o.tokensFile, "tokens", "", "YAML `file` of tokens: a list of {name, secret, region, gateway}; a token reports and polls for its region only (as one gateway, with gateway), one without a region reads /v1/keys only")
+	fs.Int64Var(&c.MaxStateBytes, "max-state-bytes", balancer.DefaultMaxStateBytes, "bound on the reports kept, in `bytes` as docs/regions.md counts them; past it the least busy pairs are dropped")
+	fs.Float64Var(&c.MaxGatewayRate, "max-gateway-rate", balancer.DefaultMaxGatewayRate, "most `tokens` a second one gateway's report may claim, every key included; a report above it is scaled down to it")
+	fs.DurationVar(&c.MaxSkew, "max-clock-skew", 30*time.Second, "how far ahead of the balancer's clock a report may say it was sent; a report further ahead is refused")
 	fs.BoolVar(&c.TrustedNetwork, "trusted-network", false, "serve /v1 without $"+envBalancerToken+": only for a network where nothing but gateways and operators reaches the balancer (it shows API keys)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
@@ -82,6 +93,27 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 		return o, err
 	}
 	return o, nil
+}
+
+// balancerTokens reads the balancer's --tokens file, if any.
+func balancerTokens(file string) ([]balancer.Token, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--tokens: %w", err)
+	}
+	var ts []balancer.Token
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&ts); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("--tokens %s: %w", file, err)
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("--tokens %s: no token in it", file)
+	}
+	return ts, nil
 }
 
 // runBalancer runs the quota balancer until ctx is done.
@@ -108,6 +140,18 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if o.cfg.MaxKeys < 1 || o.cfg.MaxGateways < 1 {
 		return fmt.Errorf("--max-keys %d and --max-gateways %d: want at least 1", o.cfg.MaxKeys, o.cfg.MaxGateways)
 	}
+	// Trimming drops pairs, never a report itself: leave room for every
+	// gateway's, with its names.
+	if least := max(1<<20, int64(len(o.cfg.Regions))*int64(o.cfg.MaxGateways)*512); o.cfg.MaxStateBytes < least {
+		return fmt.Errorf("--max-state-bytes %d: want at least %d (1 MiB, and 512 bytes for each of --max-gateways %d in each of %d regions)",
+			o.cfg.MaxStateBytes, least, o.cfg.MaxGateways, len(o.cfg.Regions))
+	}
+	if !(o.cfg.MaxGatewayRate > 0) || o.cfg.MaxSkew <= 0 {
+		return fmt.Errorf("--max-gateway-rate %v and --max-clock-skew %v must be positive", o.cfg.MaxGatewayRate, o.cfg.MaxSkew)
+	}
+	if o.cfg.Tokens, err = balancerTokens(o.tokensFile); err != nil {
+		return err
+	}
 	// A zero share means the default; a --min-share of 0 asks for none.
 	o.cfg.MinShare = max(uint32(o.minShare*share.Whole), 1)
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
@@ -119,11 +163,17 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
 	switch o.cfg.Token = os.Getenv(envBalancerToken); {
-	case o.cfg.Token == "" && !o.cfg.TrustedNetwork:
-		return fmt.Errorf("$%s is not set: anyone who reached the balancer could read the API keys it balances and move their shares; "+
-			"set it here and on every gateway, or pass --trusted-network if only gateways and operators reach the balancer", envBalancerToken)
-	case o.cfg.Token == "":
+	case o.cfg.Token == "" && len(o.cfg.Tokens) == 0 && !o.cfg.TrustedNetwork:
+		return fmt.Errorf("no token: neither --tokens nor $%s is set, and anyone who reached the balancer could read the API keys it balances and move their shares; "+
+			"give each region its token in --tokens, or pass --trusted-network if only gateways and operators reach the balancer", envBalancerToken)
+	case o.cfg.Token == "" && len(o.cfg.Tokens) == 0:
 		logger.Warn("serving /v1 without a token (--trusted-network): anyone who reaches the balancer can read the API keys it balances and move their shares")
+	case o.cfg.Token != "" && len(o.cfg.Tokens) == 0:
+		logger.Warn("one token for every region ($"+envBalancerToken+"): its holder can report for any region and move any key's shares; "+
+			"give each region its own token with --tokens", "see", "docs/regions.md")
+	case o.cfg.Token != "":
+		logger.Warn("the fleet token ($" + envBalancerToken + ") is still accepted for every region besides the --tokens; " +
+			"unset it once every gateway uses its region's token (sluice_balancer_fleet_token_calls_total stops rising)")
 	}
 	srv, err := balancer.New(o.cfg)
 	if err != nil {

@@ -72,7 +72,7 @@ func TestCoreRebalance(t *testing.T) {
 	}
 	report := func(at time.Duration, region, gw string, total int64, pairs ...balancer.PairReport) {
 		t.Helper()
-		if err := c.Report(t0.Add(at), balancer.Report{Region: region, Gateway: gw, SpanMillis: 10_000, Total: total, Pairs: pairs}); err != nil {
+		if _, err := c.Report(t0.Add(at), balancer.Report{Region: region, Gateway: gw, SpanMillis: 10_000, Total: total, Pairs: pairs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestCoreRefuses(t *testing.T) {
 		{Region: "us", Gateway: "g", SpanMillis: 1, Pairs: make([]balancer.PairReport, balancer.MaxPairsPerReport+1)},
 	}
 	for _, r := range bad {
-		if err := c.Report(now, r); err == nil {
+		if _, err := c.Report(now, r); err == nil {
 			t.Errorf("got no error for report %+v", r)
 		}
 	}
@@ -149,12 +149,32 @@ func TestCoreMaxKeys(t *testing.T) {
 	for i, k := range []string{"k:a", "k:b", "k:c"} {
 		pairs = append(pairs, balancer.PairReport{Key: k, Limit: "s", Asked: int64(i + 1)})
 	}
-	if err := c.Report(now, balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, Pairs: pairs}); err != nil {
+	if _, err := c.Report(now, balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, Total: 10, Pairs: pairs}); err != nil {
 		t.Fatal(err)
 	}
 	p := c.Rebalance(now)
 	if _, ok := p.Pairs[share.Pair{Key: "k:a", Limit: "s"}]; ok || len(p.Pairs) != 2 {
 		t.Errorf("got %d pairs (k:a kept: %v), want the 2 busiest", len(p.Pairs), ok)
+	}
+	// Among equally busy pairs at the cut, the first keys are kept,
+	// whatever the order of the reports.
+	for range 5 {
+		c, err := balancer.NewCore(balancer.CoreConfig{Regions: []string{"us"}, MaxKeys: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range []string{"k:d", "k:c", "k:b", "k:a"} {
+			rep := balancer.Report{Region: "us", Gateway: k, SpanMillis: 1000, Total: 10, Pairs: []balancer.PairReport{{Key: k, Limit: "s", Asked: min(int64(i+1), 2)}}}
+			if _, err := c.Report(now, rep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := c.Rebalance(now)
+		_, b := p.Pairs[share.Pair{Key: "k:b", Limit: "s"}]
+		_, a := p.Pairs[share.Pair{Key: "k:a", Limit: "s"}]
+		if !a || !b || len(p.Pairs) != 2 {
+			t.Fatalf("got %d pairs (k:a %v, k:b %v), want k:a and k:b of the three asking 2", len(p.Pairs), a, b)
+		}
 	}
 }
 
@@ -167,16 +187,29 @@ func TestCoreDropsOvertakenReports(t *testing.T) {
 	}
 	now := time.Now()
 	rep := func(sent, asked int64) balancer.Report {
-		return balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, SentMillis: sent,
+		return balancer.Report{Region: "us", Gateway: "g", SpanMillis: 1000, SentMillis: sent, Total: 100,
 			Pairs: []balancer.PairReport{{Key: "k:a", Limit: "s", Asked: asked}}}
 	}
 	for _, r := range []balancer.Report{rep(2000, 7), rep(1000, 99)} {
-		if err := c.Report(now, r); err != nil {
+		if _, err := c.Report(now, r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := c.Rebalance(now).Pairs[share.Pair{Key: "k:a", Limit: "s"}].Demand[0]; got != 7 {
 		t.Errorf("got demand %v, want 7 from the later report", got)
+	}
+	// A report stamped ahead of the balancer's clock, within the skew
+	// allowed, counts as sent when it arrived: the gateway's next report,
+	// sent a second later, replaces it.
+	now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, r := range []balancer.Report{rep(now.Add(25*time.Second).UnixMilli(), 99), rep(now.Add(time.Second).UnixMilli(), 7)} {
+		tk, err := c.Report(now.Add(time.Duration(i)*time.Second), r)
+		if err != nil || tk.Overtaken {
+			t.Fatalf("report %d: got %+v, %v, want it taken", i, tk, err)
+		}
+	}
+	if got := c.Rebalance(now.Add(time.Second)).Pairs[share.Pair{Key: "k:a", Limit: "s"}].Demand[0]; got != 7 {
+		t.Errorf("got demand %v, want 7 from the report sent after the one stamped ahead arrived", got)
 	}
 }
 
@@ -191,7 +224,8 @@ func TestCoreMaxGateways(t *testing.T) {
 	}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	rep := func(region, gw string, at time.Time) error {
-		return c.Report(at, balancer.Report{Region: region, Gateway: gw, SpanMillis: 1000, Total: 1})
+		_, err := c.Report(at, balancer.Report{Region: region, Gateway: gw, SpanMillis: 1000, Total: 1})
+		return err
 	}
 	for _, gw := range []string{"us-1", "us-2"} {
 		if err := rep("us", gw, now); err != nil {
@@ -235,7 +269,7 @@ func BenchmarkRebalanceMaxKeys(b *testing.B) {
 			for i := range 100 {
 				ps = append(ps, balancer.PairReport{Key: fmt.Sprintf("k:%s-%d-%d", r, g, i), Limit: "s", Asked: 5})
 			}
-			if err := c.Report(now, balancer.Report{Region: r, Gateway: fmt.Sprint(g), SpanMillis: 10_000, Total: 1e6, Pairs: ps}); err != nil {
+			if _, err := c.Report(now, balancer.Report{Region: r, Gateway: fmt.Sprint(g), SpanMillis: 10_000, Total: 1e6, Pairs: ps}); err != nil {
 				b.Fatal(err)
 			}
 		}

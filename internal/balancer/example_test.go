@@ -24,7 +24,7 @@ func ExampleCore() {
 		if r.asked > 0 {
 			rep.Pairs = []balancer.PairReport{{Key: "k:abc", Limit: "s", Asked: r.asked, Admitted: r.asked}}
 		}
-		if err := c.Report(now, rep); err != nil {
+		if _, err := c.Report(now, rep); err != nil {
 			panic(err)
 		}
 	}

@@ -20,6 +20,11 @@ type metrics struct {
 	defaultShare *prometheus.GaugeVec
 	busyShare    *prometheus.GaugeVec
 	reports      *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
+	clamps       *prometheus.CounterVec
+	evicted      prometheus.Counter
+	stateBytes   prometheus.Gauge
+	fleetCalls   prometheus.Counter
 }
 
 func newMetrics(regions []string, reg prometheus.Registerer) (*metrics, error) {
@@ -28,6 +33,9 @@ func newMetrics(regions []string, reg prometheus.Registerer) (*metrics, error) {
 	}
 	opts := func(name, help string) prometheus.GaugeOpts {
 		return prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "balancer", Name: name, Help: help}
+	}
+	copts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "sluice", Subsystem: "balancer", Name: name, Help: help}
 	}
 	m := &metrics{
 		regions: regions,
@@ -41,12 +49,15 @@ func newMetrics(regions []string, reg prometheus.Registerer) (*metrics, error) {
 		up:           prometheus.NewGaugeVec(opts("region_up", "1 if the region reported within the down-after time, else 0 (its shares go to the others)."), []string{"region"}),
 		defaultShare: prometheus.NewGaugeVec(opts("region_default_share_ratio", "The region's default share of every limit that is not balanced, as a fraction."), []string{"region"}),
 		busyShare:    prometheus.NewGaugeVec(opts("region_share_ratio", "The region's mean share of the balanced limits, as a fraction."), []string{"region"}),
-		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "balancer", Name: "reports_total",
-			Help: "Gateway reports taken, per region.",
-		}, []string{"region"}),
+		reports:      prometheus.NewCounterVec(copts("reports_total", "Gateway reports taken, per region."), []string{"region"}),
+		refusals:     prometheus.NewCounterVec(copts("refused_total", "Calls refused, by the region of the report or the token (unknown when neither names one) and reason: token, region, gateway, clock, invalid, gateways, size."), []string{"region", "reason"}),
+		clamps:       prometheus.NewCounterVec(copts("reports_clamped_total", "Reports taken with counts cut down to what one gateway can have seen, by region and bound: rate (above the most tokens a second of a gateway) or pair (a pair above the report's total)."), []string{"region", "reason"}),
+		evicted:      prometheus.NewCounter(copts("pairs_evicted_total", "Pairs dropped from the reports kept, the least busy first, to keep the state within its bound in bytes.")),
+		stateBytes:   prometheus.NewGauge(opts("state_bytes", "Bytes of the reports kept, as counted against the bound (--max-state-bytes).")),
+		fleetCalls:   prometheus.NewCounter(copts("fleet_token_calls_total", "Calls made with the fleet token (SLUICE_BALANCER_TOKEN), good for every region: it can be unset once this stops rising.")),
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.keys, m.version, m.up, m.defaultShare, m.busyShare, m.reports} {
+	for _, c := range []prometheus.Collector{m.duration, m.keys, m.version, m.up, m.defaultShare, m.busyShare, m.reports,
+		m.refusals, m.clamps, m.evicted, m.stateBytes, m.fleetCalls} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("balancer: register metrics: %w", err)
 		}
@@ -90,8 +101,32 @@ func (m *metrics) published(version int64) {
 	}
 }
 
-func (m *metrics) report(region string) {
+func (m *metrics) report(region string, tk Taken, state int64) {
+	if m == nil {
+		return
+	}
+	m.reports.WithLabelValues(region).Inc()
+	for _, r := range tk.Clamped {
+		m.clamps.WithLabelValues(region, r).Inc()
+	}
+	m.evicted.Add(float64(tk.Evicted))
+	m.stateBytes.Set(float64(state))
+}
+
+func (m *metrics) state(bytes int64) {
 	if m != nil {
-		m.reports.WithLabelValues(region).Inc()
+		m.stateBytes.Set(float64(bytes))
+	}
+}
+
+func (m *metrics) refused(region, reason string) {
+	if m != nil {
+		m.refusals.WithLabelValues(region, reason).Inc()
+	}
+}
+
+func (m *metrics) fleetCall() {
+	if m != nil {
+		m.fleetCalls.Inc()
 	}
 }

@@ -42,17 +42,22 @@ const (
 type Report struct {
 	// Region is the gateway's region: one of the balancer's regions.
 	Region string `json:"region"`
-	// Gateway identifies the gateway; a newer report replaces its last.
+	// Gateway identifies the gateway within its region; a newer report
+	// replaces its last, and no other gateway's. A token bound to one
+	// gateway may report as that gateway only.
 	Gateway string `json:"gateway"`
 	// SpanMillis is how long the counts took to gather.
 	SpanMillis int64 `json:"span_ms"`
 	// SentMillis is when the gateway sent the report, in Unix milliseconds
 	// by its clock: reports are sent without waiting for each other, and
 	// one that arrives after a later one from the same gateway is dropped.
-	// Zero means unknown: the report is taken as the newest.
+	// One sent further ahead of the balancer's clock than its MaxSkew is
+	// refused, and none counts as sent later than it arrived. Zero means
+	// unknown: the report is taken as the newest.
 	SentMillis int64 `json:"sent_ms,omitempty"`
 	// Total is how many tokens the gateway's requests asked for, every
-	// key included.
+	// key included. The balancer cuts it to its MaxGatewayRate over the
+	// span, and each pair's counts to it.
 	Total int64 `json:"total"`
 	// Pairs are the busiest limits of keys.
 	Pairs []PairReport `json:"pairs,omitempty"`

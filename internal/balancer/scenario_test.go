@@ -98,7 +98,7 @@ func runScenario(t *testing.T, file string) {
 				key, lim, _ := strings.Cut(pair, "/")
 				r.Pairs = append(r.Pairs, balancer.PairReport{Key: key, Limit: lim, Asked: num(line, asked), Admitted: num(line, asked)})
 			}
-			if err := core.Report(t0.Add(dur(line, args[0])), r); err != nil {
+			if _, err := core.Report(t0.Add(dur(line, args[0])), r); err != nil {
 				t.Fatalf("line %d: %v", line, err)
 			}
 		case cmd == "rebalance" && len(args) == 1:

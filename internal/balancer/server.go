@@ -3,6 +3,7 @@ package balancer
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -54,15 +55,33 @@ type Config struct {
 	// answers, and takes over once the primary has failed to answer for
 	// DownAfter; it steps back when the primary answers again.
 	Primary string
-	// Token is the bearer token every call under /v1 (ReportPath,
-	// SharesPath, KeyPath) must carry: without it anyone who reaches the
-	// balancer could report traffic and move a key's shares, or read the
-	// API keys it balances (store keys hold them raw). /healthz stays
-	// open. New refuses an empty Token unless TrustedNetwork is set.
+	// Token is the fleet token: a bearer token good for every call under
+	// /v1 (ReportPath and SharesPath of every region, KeyPath), as before
+	// there were Tokens. Its holder can report for any region and move
+	// any key's shares; give gateways their region's token from Tokens
+	// instead, and keep Token only while they move to them. /healthz
+	// stays open. New refuses a balancer with neither Token nor Tokens
+	// unless TrustedNetwork is set.
 	Token string
+	// Tokens are the per-region (or per-gateway) credentials: each
+	// reports and polls for its own region only (and, with Gateway set,
+	// as that one gateway only), and an operator's token (no Region)
+	// reads KeyPath only.
+	Tokens []Token
 	// TrustedNetwork serves /v1 without a token: only for a network where
-	// nothing but gateways and operators reaches the balancer.
+	// nothing but gateways and operators reaches the balancer. It has no
+	// effect when Token or Tokens is set.
 	TrustedNetwork bool
+	// MaxSkew bounds how far ahead of the balancer's clock a report's
+	// SentMillis may be. Zero means 30 seconds.
+	MaxSkew time.Duration
+	// MaxGatewayRate bounds the tokens a second one gateway's report may
+	// claim (CoreConfig.MaxGatewayRate). Zero means
+	// DefaultMaxGatewayRate.
+	MaxGatewayRate float64
+	// MaxStateBytes bounds the reports kept (CoreConfig.MaxStateBytes).
+	// Zero means DefaultMaxStateBytes.
+	MaxStateBytes int64
 	// HTTPClient checks the primary. Nil means a client with a timeout of
 	// one interval.
 	HTTPClient *http.Client
@@ -74,6 +93,58 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Token is one credential the balancer accepts, as a bearer token.
+type Token struct {
+	// Name identifies the holder in the log.
+	Name string `yaml:"name"`
+	// Secret is the token itself: at least 16 bytes.
+	Secret string `yaml:"secret"`
+	// Region is the one region the token reports and polls for. Empty
+	// makes it an operator's token, which reads KeyPath and nothing else.
+	Region string `yaml:"region,omitempty"`
+	// Gateway, if set, is the one gateway ID the token reports as (with
+	// Region). Without it, the token reports as any gateway of Region.
+	Gateway string `yaml:"gateway,omitempty"`
+}
+
+// credential is a Token as the server checks it: its secret hashed, so
+// that comparisons take the same time whatever the lengths.
+type credential struct {
+	name    string
+	sum     [32]byte
+	region  string // "" for an operator's token
+	gateway string // "" for any gateway of region
+	fleet   bool   // Config.Token, or the trusted network: every region
+}
+
+// trusted is the credential of every call when the balancer has none
+// (Config.TrustedNetwork).
+var trusted = &credential{name: "trusted-network", fleet: true}
+
+// checkTokens reports the first thing wrong with cfg's credentials.
+func checkTokens(cfg *Config) error {
+	seen := map[string]string{}
+	if cfg.Token != "" {
+		seen[cfg.Token] = "the fleet token"
+	}
+	for i, t := range cfg.Tokens {
+		switch {
+		case t.Name == "" || strings.ContainsAny(t.Name, " \t\n"):
+			return fmt.Errorf("balancer: tokens[%d]: name %q is empty or holds spaces", i, t.Name)
+		case len(t.Secret) < 16:
+			return fmt.Errorf("balancer: token %s: secret is %d bytes, want at least 16", t.Name, len(t.Secret))
+		case seen[t.Secret] != "":
+			return fmt.Errorf("balancer: token %s: its secret is also %s's", t.Name, seen[t.Secret])
+		case t.Region != "" && !slices.Contains(cfg.Regions, t.Region):
+			return fmt.Errorf("balancer: token %s: region %q is not one of %v", t.Name, t.Region, cfg.Regions)
+		case t.Gateway != "" && t.Region == "":
+			return fmt.Errorf("balancer: token %s: gateway %q without a region", t.Name, t.Gateway)
+		}
+		seen[t.Secret] = "token " + t.Name
+	}
+	return nil
+}
+
 // Server is the quota balancer: it takes reports, recomputes shares every
 // interval and answers gateways' polls. Make one with New. Its methods are
 // safe for concurrent use; Run must be running for shares to change.
@@ -83,8 +154,12 @@ type Server struct {
 	active  atomic.Bool  // false while a standby's primary answers
 	since   atomic.Int64 // Unix nanoseconds since which it has been active (or since New)
 	metrics *metrics
+	creds   []*credential // empty: every call is trusted
 	stopped chan struct{} // closed when Run returns: held polls answer at once
 	stop    sync.Once
+
+	logMu      sync.Mutex
+	lastLogged map[string]time.Time // guarded by logMu: when each reason was last logged
 
 	mu      sync.Mutex
 	core    *Core         // guarded by mu
@@ -113,9 +188,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Interval < 0 || cfg.MaxWait < 0 {
 		return nil, fmt.Errorf("balancer: interval %v and max wait %v must be positive", cfg.Interval, cfg.MaxWait)
 	}
-	if cfg.Token == "" && !cfg.TrustedNetwork {
+	if cfg.Token == "" && len(cfg.Tokens) == 0 && !cfg.TrustedNetwork {
 		return nil, errors.New("balancer: no token: anyone who reaches the balancer could read the API keys it balances and move their shares; " +
 			"set one, or TrustedNetwork if only gateways reach it")
+	}
+	if err := checkTokens(&cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Primary != "" {
 		u, err := url.Parse(cfg.Primary)
@@ -125,7 +203,8 @@ func New(cfg Config) (*Server, error) {
 		cfg.Primary = strings.TrimSuffix(cfg.Primary, "/")
 	}
 	core, err := NewCore(CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
-		Hysteresis: cfg.Hysteresis, MaxGateways: cfg.MaxGateways})
+		Hysteresis: cfg.Hysteresis, MaxGateways: cfg.MaxGateways, MaxSkew: cfg.MaxSkew, MaxGatewayRate: cfg.MaxGatewayRate,
+		MaxStateBytes: cfg.MaxStateBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +217,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.Interval}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, core: core, changed: make(chan struct{}), stopped: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, core: core, changed: make(chan struct{}), stopped: make(chan struct{}),
+		lastLogged: map[string]time.Time{}}
+	if cfg.Token != "" {
+		s.creds = append(s.creds, &credential{name: "fleet", sum: sha256.Sum256([]byte(cfg.Token)), fleet: true})
+	}
+	for _, t := range cfg.Tokens {
+		s.creds = append(s.creds, &credential{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), region: t.Region, gateway: t.Gateway})
+	}
 	s.active.Store(cfg.Primary == "")
 	s.since.Store(cfg.Now().UnixNano())
 	if s.metrics, err = newMetrics(cfg.Regions, cfg.Registerer); err != nil {
@@ -221,6 +307,7 @@ func (s *Server) rebalanceLocked() {
 	start := time.Now()
 	now := s.cfg.Now()
 	plan := s.core.Rebalance(now)
+	s.metrics.state(s.core.StateBytes())
 	if plan == nil || now.Sub(time.Unix(0, s.since.Load())) < s.cfg.DownAfter || !s.active.Load() {
 		s.metrics.rebalanced(plan, time.Since(start))
 		return
@@ -291,21 +378,104 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// authorized refuses requests without the bearer token, unless the server
-// has none (TrustedNetwork).
-func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
-	if s.cfg.Token == "" {
-		return h
-	}
-	want := []byte("Bearer " + s.cfg.Token)
+// Reasons the server refuses a call, besides the Core's (ReasonInvalid,
+// ReasonClock, ReasonGateways): values of the metrics' reason label.
+const (
+	ReasonToken   = "token"   // 401: no bearer token, or an unknown one
+	ReasonRegion  = "region"  // 403: the token is another region's (or an operator's)
+	ReasonGateway = "gateway" // 403: the token is another gateway's
+	ReasonSize    = "size"    // 413: the body is above MaxReportBytes
+)
+
+// authorized passes a call to h with its credential, or refuses it (401)
+// without a known bearer token, unless the server has no credentials
+// (TrustedNetwork).
+func (s *Server) authorized(h func(http.ResponseWriter, *http.Request, *credential)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			fail(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+		if len(s.creds) == 0 {
+			h(w, r, trusted)
 			return
 		}
-		h(w, r)
+		c := s.credential(r)
+		if c == nil {
+			s.refuse(w, r, http.StatusUnauthorized, "", ReasonToken, errors.New("missing or unknown bearer token"))
+			return
+		}
+		if c.fleet {
+			s.metrics.fleetCall()
+		}
+		h(w, r, c)
 	}
+}
+
+// credential returns the credential whose secret a request's bearer token
+// is, or nil. It compares with every one, so the time taken does not say
+// which nearly matched. The scheme is case-insensitive (RFC 9110, section
+// 11.1), as the rules service has it.
+func (s *Server) credential(r *http.Request) *credential {
+	auth := r.Header.Get("Authorization")
+	if len(auth) < 7 || !strings.EqualFold(auth[:7], "Bearer ") {
+		return nil
+	}
+	secret := strings.TrimLeft(auth[7:], " ")
+	if secret == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(secret))
+	var found *credential
+	for _, c := range s.creds {
+		if subtle.ConstantTimeCompare(sum[:], c.sum[:]) == 1 {
+			found = c
+		}
+	}
+	return found
+}
+
+// mayUse reports why c may not act for region (and gateway, if not
+// empty), or nil if it may.
+func (c *credential) mayUse(region, gateway string) error {
+	switch {
+	case c.fleet:
+		return nil
+	case c.region == "":
+		return fmt.Errorf("token %s is an operator's: it reads %s only", c.name, KeyPath)
+	case c.region != region:
+		return fmt.Errorf("token %s is region %q's, not %q's", c.name, c.region, region)
+	case gateway != "" && c.gateway != "" && c.gateway != gateway:
+		return fmt.Errorf("token %s is gateway %q's, not %q's", c.name, c.gateway, gateway)
+	}
+	return nil
+}
+
+// refuse answers a refused call, counts it by region and reason, and logs
+// it (at most once a second per reason, so that a flood of them does not
+// flood the log).
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, region, reason string, err error) {
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	fail(w, status, err)
+	if !slices.Contains(s.cfg.Regions, region) {
+		region = "unknown"
+	}
+	s.metrics.refused(region, reason)
+	if s.sampled("refused " + reason) {
+		s.log.Warn("balancer call refused", "reason", reason, "region", region, "path", r.URL.Path, "remote", r.RemoteAddr,
+			"status", status, "err", err)
+	}
+}
+
+// sampled reports whether a log line of kind may be written now: at most
+// one a second of each.
+func (s *Server) sampled(kind string) bool {
+	now := time.Now()
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if now.Sub(s.lastLogged[kind]) < time.Second {
+		return false
+	}
+	s.lastLogged[kind] = now
+	return true
 }
 
 // fail writes an error answer.
@@ -332,7 +502,7 @@ func standby(w http.ResponseWriter) {
 	fail(w, http.StatusServiceUnavailable, errStandby)
 }
 
-func (s *Server) serveReport(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, c *credential) {
 	if !s.active.Load() {
 		standby(w)
 		return
@@ -340,34 +510,59 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request) {
 	var rep Report
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxReportBytes)).Decode(&rep); err != nil {
 		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			fail(w, http.StatusRequestEntityTooLarge, fmt.Errorf("report: body is larger than %d bytes", tooBig.Limit))
+			s.refuse(w, r, http.StatusRequestEntityTooLarge, c.region, ReasonSize, fmt.Errorf("report: body is larger than %d bytes", tooBig.Limit))
 			return
 		}
-		fail(w, http.StatusBadRequest, fmt.Errorf("report: decode: %w", err))
+		s.refuse(w, r, http.StatusBadRequest, c.region, ReasonInvalid, fmt.Errorf("report: decode: %w", err))
+		return
+	}
+	if err := c.mayUse(rep.Region, rep.Gateway); err != nil {
+		reason := ReasonRegion
+		if c.region != "" && c.region == rep.Region {
+			reason = ReasonGateway
+		}
+		s.refuse(w, r, http.StatusForbidden, c.region, reason, fmt.Errorf("report from %q of region %q: %w", rep.Gateway, rep.Region, err))
 		return
 	}
 	s.mu.Lock()
-	err := s.core.Report(s.cfg.Now(), rep)
+	tk, err := s.core.Report(s.cfg.Now(), rep)
 	if err == nil && s.cur != nil && !s.cur.plan.Up[slices.Index(s.cfg.Regions, rep.Region)] {
 		// A region that was counted down is back: rebalance now, so that
 		// its gateways, whose polls are held while it is down, get its
 		// shares at once rather than an interval later.
 		s.rebalanceLocked()
 	}
+	state := s.core.StateBytes()
 	s.mu.Unlock()
 	if err != nil {
-		fail(w, http.StatusBadRequest, err)
+		reason := ReasonInvalid
+		if re := (*RefusedError)(nil); errors.As(err, &re) {
+			reason = re.Reason
+		}
+		s.refuse(w, r, http.StatusBadRequest, rep.Region, reason, err)
 		return
 	}
-	s.metrics.report(rep.Region)
+	s.metrics.report(rep.Region, tk, state)
+	if len(tk.Clamped) > 0 && s.sampled("clamped") {
+		s.log.Warn("balancer report clamped to what one gateway can have seen", "region", rep.Region, "gateway", rep.Gateway,
+			"bounds", tk.Clamped, "total", rep.Total, "span_ms", rep.SpanMillis, "max_gateway_rate", s.core.cfg.MaxGatewayRate, "token", c.name)
+	}
+	if tk.Evicted > 0 && s.sampled("evicted") {
+		s.log.Warn("balancer state at its bound: the least busy pairs dropped", "evicted", tk.Evicted, "state_bytes", state,
+			"max_state_bytes", s.core.cfg.MaxStateBytes)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveShares(w http.ResponseWriter, r *http.Request, c *credential) {
 	q := r.URL.Query()
 	region := q.Get("region")
 	if !slices.Contains(s.cfg.Regions, region) {
 		fail(w, http.StatusBadRequest, fmt.Errorf("shares: unknown region %q (want one of %v)", region, s.cfg.Regions))
+		return
+	}
+	if err := c.mayUse(region, ""); err != nil {
+		s.refuse(w, r, http.StatusForbidden, c.region, ReasonRegion, fmt.Errorf("shares of region %q: %w", region, err))
 		return
 	}
 	after, err := strconv.ParseInt(cmp.Or(q.Get("after"), "0"), 10, 64)
@@ -428,7 +623,13 @@ func (s *Server) serveShares(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, c *credential) {
+	if !c.fleet && c.region != "" {
+		// A key's shares name every region's demand for a raw API key:
+		// an operator's business, not one region's gateways'.
+		s.refuse(w, r, http.StatusForbidden, c.region, ReasonRegion, fmt.Errorf("token %s is region %q's: %s needs an operator's token", c.name, c.region, KeyPath))
+		return
+	}
 	key := r.PathValue("key")
 	s.mu.Lock()
 	cur := s.cur

@@ -1,6 +1,7 @@
 package balancer_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -24,19 +25,69 @@ type region struct {
 	store *share.Store
 }
 
-func startRegion(t *testing.T, ctx context.Context, wg *sync.WaitGroup, url, name string) *region {
+func startRegion(t *testing.T, ctx context.Context, wg *sync.WaitGroup, url, name, token string) *region {
 	t.Helper()
 	st, err := share.New(memstore.New(memstore.Config{}), share.Config{Regions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{url}, Region: name, Gateway: name + "-1", Store: st,
+	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{url}, Region: name, Gateway: name + "-1", Store: st, Token: token,
 		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wg.Go(func() { c.Run(ctx) })
 	return &region{store: st}
+}
+
+// harness is a balancer served over HTTP, with the context and wait group
+// of the goroutines a test starts (Run, clients); the test's cleanup
+// stops them.
+type harness struct {
+	srv *balancer.Server
+	url string
+	reg *prometheus.Registry
+	ctx context.Context
+	wg  *sync.WaitGroup
+}
+
+// serve starts a balancer of cfg over HTTP, with polls held at most
+// 200 ms and its metrics in h.reg; Run is not started.
+func serve(t *testing.T, cfg balancer.Config) *harness {
+	t.Helper()
+	h := &harness{reg: prometheus.NewRegistry(), wg: &sync.WaitGroup{}}
+	cfg.Registerer, cfg.MaxWait = h.reg, cmp.Or(cfg.MaxWait, 200*time.Millisecond)
+	srv, err := balancer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); h.wg.Wait(); hs.Close() })
+	h.srv, h.url, h.ctx = srv, hs.URL, ctx
+	return h
+}
+
+// run starts the balancer's Run.
+func (h *harness) run() { h.wg.Go(func() { h.srv.Run(h.ctx) }) }
+
+// hammer asks st for key under a limit of 1000 a second every
+// millisecond, until the returned function is called.
+func hammer(ctx context.Context, st *share.Store, key string) (stop func()) {
+	l := limit.Limit{Name: "s", Count: 1000, Period: time.Second}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			st.Take(ctx, &limit.Request{Key: key, Limits: []limit.Limit{l}})
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -70,45 +121,22 @@ func getKey(t *testing.T, url, key string) (int, balancer.KeyShares) {
 // clients report real traffic through their share layers, and follows a
 // key's share from an even split to where its traffic is.
 func TestServerAndClients(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond,
-		MaxWait: 200 * time.Millisecond, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	if code, _ := getKey(t, hs.URL, "k:a"); code != http.StatusServiceUnavailable {
+	h := serve(t, balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond})
+	if code, _ := getKey(t, h.url, "k:a"); code != http.StatusServiceUnavailable {
 		t.Errorf("before the first rebalance: got %d, want 503", code)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() { srv.Run(ctx) })
-	us := startRegion(t, ctx, &wg, hs.URL, "us")
-	eu := startRegion(t, ctx, &wg, hs.URL, "eu")
+	h.run()
+	ctx, reg, hs := h.ctx, h.reg, struct{ URL string }{h.url}
+	us := startRegion(t, ctx, h.wg, hs.URL, "us", "")
+	eu := startRegion(t, ctx, h.wg, hs.URL, "eu", "")
 
 	if got := us.store.Share("k:a", "s"); got != share.Whole/2 {
 		t.Errorf("before any table: got share %d, want an even half", got)
 	}
-	l := limit.Limit{Name: "s", Count: 1000, Period: time.Second}
-	stop := make(chan struct{})
-	var traffic sync.WaitGroup
-	traffic.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-			us.store.Take(ctx, &limit.Request{Key: "k:a", Limits: []limit.Limit{l}})
-		}
-	})
+	stop := hammer(ctx, us.store, "k:a")
 	waitFor(t, "us to hold 95% of k:a", func() bool { return us.store.Share("k:a", "s") == 950_000 })
 	waitFor(t, "eu to hold the 5% minimum", func() bool { return eu.store.Share("k:a", "s") == 50_000 })
-	close(stop)
-	traffic.Wait()
+	stop()
 	code, ks := getKey(t, hs.URL, "k:a")
 	if code != http.StatusOK || !ks.Balanced || ks.Limits["s"]["us"].Share+ks.Limits["s"]["eu"].Share > share.Whole {
 		t.Errorf("got %d %+v, want k:a balanced within the whole", code, ks)

@@ -18,9 +18,27 @@ import (
 	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
-// tokenEnv gives the balancer and the gateways the bearer token they
-// share, as deployed.
-var tokenEnv = []string{"SLUICE_BALANCER_TOKEN=regions-test-token"}
+// regionToken is region r's token, which its gateway gives the balancer
+// in SLUICE_BALANCER_TOKEN; the balancer knows every region's from its
+// --tokens file, as deployed, with an operator's for key look-ups.
+func regionToken(r string) string { return "regions-test-token-" + r }
+
+// opsToken is the operator's token, which reads a key's shares.
+const opsToken = "regions-test-token-ops"
+
+// tokensFile writes the balancer's --tokens file.
+func tokensFile(t *testing.T) string {
+	var b strings.Builder
+	for _, r := range regionNames {
+		fmt.Fprintf(&b, "- {name: %s-gateways, secret: %s, region: %s}\n", r, regionToken(r), r)
+	}
+	fmt.Fprintf(&b, "- {name: ops, secret: %s}\n", opsToken)
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // interval is the balancer's and the gateways' interval in these tests:
 // 10 s in production.
@@ -75,13 +93,13 @@ func (w *world) startBalancer() { w.balancer = startBalancer(w.t) }
 // extra flags.
 func startBalancer(t *testing.T, extra ...string) *proctest.Process {
 	args := append([]string{"balancer", "--listen", "127.0.0.1:0", "--regions", strings.Join(regionNames, ","),
-		"--interval", interval.String(), "--poll-timeout", "1s"}, extra...)
-	return sluice.StartEnv(t, tokenEnv, args...)
+		"--interval", interval.String(), "--poll-timeout", "1s", "--tokens", tokensFile(t)}, extra...)
+	return sluice.Start(t, args...)
 }
 
 // startGateway starts region i's gateway on its Redis.
 func (w *world) startGateway(i int) {
-	w.gateways[i] = sluice.StartEnv(w.t, tokenEnv, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+	w.gateways[i] = sluice.StartEnv(w.t, []string{"SLUICE_BALANCER_TOKEN=" + regionToken(regionNames[i])}, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--rules", w.rules, "--redis", redises[i].Addr(), "--redis-timeout", "200ms",
 		"--region", regionNames[i], "--gateway-id", regionNames[i]+"-1", "--regions", strings.Join(regionNames, ","),
 		"--balancer-url", w.balancerURL, "--share-interval", interval.String(), "--share-stale", w.stale.String())
@@ -103,8 +121,8 @@ func (w *world) sharesAt(key string) ([]float64, int64) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	// The key look-up shows API keys: it asks for the token like /v1.
-	req.Header.Set("Authorization", "Bearer "+strings.TrimPrefix(tokenEnv[0], "SLUICE_BALANCER_TOKEN="))
+	// The key look-up shows API keys: it asks for an operator's token.
+	req.Header.Set("Authorization", "Bearer "+opsToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, 0
