@@ -8,6 +8,7 @@
 //	sluice balancer [flags]  run the quota balancer between regions
 //	sluice bench [flags]     measure decision latency and throughput
 //	sluice plan [flags]      size a deployment from traffic figures
+//	sluice version           print the version (also sluice --version)
 //
 // Run "sluice COMMAND -h" for a command's flags.
 package main
@@ -47,6 +48,7 @@ func commands() []command {
 		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runPlan(args, stdout, stderr)
 		}},
+		{"version", "print the version, the commit and the Go toolchain (also --version)", runVersion},
 	}
 }
 
@@ -61,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {

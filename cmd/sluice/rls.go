@@ -90,7 +90,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("--config: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector()} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
