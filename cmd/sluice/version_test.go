@@ -111,3 +111,21 @@ func TestReleaseConfig(t *testing.T) {
 		t.Errorf("the release build prints %q, want it to start with %q", out, want)
 	}
 }
+
+// TestGoDirective checks that go.mod asks embedders for a minor release of
+// Go only (its first patch, as go mod tidy writes it once a dependency
+// says 1.26.0), while the toolchain line keeps the patched release the
+// project itself is built and tested with.
+func TestGoDirective(t *testing.T) {
+	b, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	if !regexp.MustCompile(`^1\.\d+(\.0)?$`).Match(m[1]) {
+		t.Errorf("go.mod asks for go %s, want a minor release (1.N or 1.N.0): embedders need no more", m[1])
+	}
+}
