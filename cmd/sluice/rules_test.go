@@ -58,7 +58,7 @@ func TestRulesFlagDefaults(t *testing.T) {
 	c := o.cfg
 	got := []any{o.listen, c.Schema, c.MaxOverride, c.PollTimeout, c.GatewayTTL, c.Canary.Fraction, c.Canary.Window, c.Canary.MinSample,
 		c.TrustedNetwork, c.MaxGateways, c.GatewayRetention, c.ReportRate, c.ShadowRawKeys}
-	want := []any{"127.0.0.1:8081", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 10 * time.Minute, int64(1000),
+	want := []any{"127.0.0.1:8083", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 10 * time.Minute, int64(1000),
 		false, 256, time.Hour, 1.0, false}
 	for i := range want {
 		if got[i] != want[i] {
