@@ -189,8 +189,8 @@ func TestSystemdUnits(t *testing.T) {
 	t.Parallel()
 	analyze := tool(t, "systemd-analyze", "systemd")
 	units, err := filepath.Glob("systemd/*.service")
-	if err != nil || len(units) != 3 {
-		t.Fatalf("systemd/*.service: %v %v, want the gateway, rules service and balancer units", units, err)
+	if err != nil || len(units) != 4 {
+		t.Fatalf("systemd/*.service: %v %v, want the gateway, rules service, rls and balancer units", units, err)
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
@@ -230,4 +230,34 @@ func TestSystemdUnits(t *testing.T) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestExampleEnvFiles checks that every variable of the example
+// environment files is a flag of the command its unit runs (as SLUICE_ and
+// the flag's name), a secret the command reads, or a list of extra flags
+// the unit passes on: a misspelt variable would otherwise be ignored.
+func TestExampleEnvFiles(t *testing.T) {
+	t.Parallel()
+	secrets := []string{"SLUICE_REDIS_PASSWORD", "SLUICE_READ_TOKEN", "SLUICE_WRITE_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_BALANCER_TOKEN"}
+	for file, command := range map[string]string{
+		"example/gateway.env": "gateway", "example/secrets/gateway.env.example": "gateway",
+		"example/rules.env": "rules", "example/secrets/rules.env.example": "rules",
+		"example/rls.env": "rls", "example/balancer.env": "balancer",
+	} {
+		_, _, help := sluice.Run(t, command, "-h")
+		unit := readFile(t, "systemd/sluice-"+command+".service")
+		for _, m := range regexp.MustCompile(`(?m)^(SLUICE_\w+)=`).FindAllStringSubmatch(readFile(t, file), -1) {
+			name := m[1]
+			flag := "-" + strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, "SLUICE_"), "_", "-"))
+			switch {
+			case slices.Contains(secrets, name):
+			case strings.HasSuffix(name, "_FLAGS"):
+				if !strings.Contains(unit, "$"+name) {
+					t.Errorf("%s sets %s, which sluice-%s.service does not pass on", file, name, command)
+				}
+			case !regexp.MustCompile(`(?m)^  ` + flag + `( |$)`).MatchString(help):
+				t.Errorf("%s sets %s, but sluice %s has no flag %s", file, name, command, flag)
+			}
+		}
+	}
 }
