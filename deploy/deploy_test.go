@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
@@ -259,5 +261,48 @@ func TestExampleEnvFiles(t *testing.T) {
 				t.Errorf("%s sets %s, but sluice %s has no flag %s", file, name, command, flag)
 			}
 		}
+	}
+}
+
+// TestAlertLabels checks what paging and routing rely on: every alert has
+// a severity of critical or warning and a runbook_url whose anchor exists
+// in docs/operations.md, and some alerts watch that the processes are up
+// at all.
+func TestAlertLabels(t *testing.T) {
+	t.Parallel()
+	ops := readFile(t, "../docs/operations.md")
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, "prometheus/alerts.yml")), &file); err != nil {
+		t.Fatal(err)
+	}
+	const runbooks = "https://github.com/sluice-rl/sluice/blob/main/docs/operations.md#"
+	var up, absent bool
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
+				t.Errorf("alert %s: severity %q, want critical or warning", r.Alert, s)
+			}
+			url := r.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(url, runbooks)
+			if !ok || anchor == "" {
+				t.Errorf("alert %s: runbook_url %q, want %s and an anchor", r.Alert, url, runbooks)
+			} else if !strings.Contains(ops, `<a id="`+anchor+`"></a>`) {
+				t.Errorf("alert %s: docs/operations.md has no anchor %q", r.Alert, anchor)
+			}
+			up = up || strings.Contains(r.Expr, "up{")
+			absent = absent || strings.Contains(r.Expr, "absent(")
+		}
+	}
+	if !up || !absent {
+		t.Errorf("no alert on up (%v) or on an absent series (%v): a dead process must alert too", up, absent)
 	}
 }
