@@ -162,16 +162,33 @@ func decode(t *testing.T, manifest string) rendered {
 // secretVars are the variables sluice reads that are not flags.
 var secretVars = []string{"SLUICE_REDIS_PASSWORD", "SLUICE_READ_TOKEN", "SLUICE_WRITE_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_BALANCER_TOKEN"}
 
-// helpOf returns sluice COMMAND -h, from sluice built out of the main
-// module, so that the chart's variables can be checked against real flags.
-func helpOf(t *testing.T) func(command string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+// sluiceBin is sluice built out of the main module by TestMain, so that
+// the chart can be checked against the real flags and endpoints.
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "chart-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", sluiceBin, "./cmd/sluice")
 	build.Dir = "../../.."
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "go build ./cmd/sluice: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// helpOf returns a function giving sluice COMMAND -h.
+func helpOf(t *testing.T) func(command string) string {
+	t.Helper()
+	bin := sluiceBin
 	cache := map[string]string{}
 	return func(command string) string {
 		if h, ok := cache[command]; ok {
