@@ -1,6 +1,8 @@
 module github.com/sluice-rl/sluice
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
@@ -189,8 +191,8 @@ func TestSystemdUnits(t *testing.T) {
 	t.Parallel()
 	analyze := tool(t, "systemd-analyze", "systemd")
 	units, err := filepath.Glob("systemd/*.service")
-	if err != nil || len(units) != 3 {
-		t.Fatalf("systemd/*.service: %v %v, want the gateway, rules service and balancer units", units, err)
+	if err != nil || len(units) != 4 {
+		t.Fatalf("systemd/*.service: %v %v, want the gateway, rules service, rls and balancer units", units, err)
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
@@ -230,4 +232,77 @@ func TestSystemdUnits(t *testing.T) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestExampleEnvFiles checks that every variable of the example
+// environment files is a flag of the command its unit runs (as SLUICE_ and
+// the flag's name), a secret the command reads, or a list of extra flags
+// the unit passes on: a misspelt variable would otherwise be ignored.
+func TestExampleEnvFiles(t *testing.T) {
+	t.Parallel()
+	secrets := []string{"SLUICE_REDIS_PASSWORD", "SLUICE_READ_TOKEN", "SLUICE_WRITE_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_BALANCER_TOKEN"}
+	for file, command := range map[string]string{
+		"example/gateway.env": "gateway", "example/secrets/gateway.env.example": "gateway",
+		"example/rules.env": "rules", "example/secrets/rules.env.example": "rules",
+		"example/rls.env": "rls", "example/balancer.env": "balancer",
+	} {
+		_, _, help := sluice.Run(t, command, "-h")
+		unit := readFile(t, "systemd/sluice-"+command+".service")
+		for _, m := range regexp.MustCompile(`(?m)^(SLUICE_\w+)=`).FindAllStringSubmatch(readFile(t, file), -1) {
+			name := m[1]
+			flag := "-" + strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, "SLUICE_"), "_", "-"))
+			switch {
+			case slices.Contains(secrets, name):
+			case strings.HasSuffix(name, "_FLAGS"):
+				if !strings.Contains(unit, "$"+name) {
+					t.Errorf("%s sets %s, which sluice-%s.service does not pass on", file, name, command)
+				}
+			case !regexp.MustCompile(`(?m)^  ` + flag + `( |$)`).MatchString(help):
+				t.Errorf("%s sets %s, but sluice %s has no flag %s", file, name, command, flag)
+			}
+		}
+	}
+}
+
+// TestAlertLabels checks what paging and routing rely on: every alert has
+// a severity of critical or warning and a runbook_url whose anchor exists
+// in docs/operations.md, and some alerts watch that the processes are up
+// at all.
+func TestAlertLabels(t *testing.T) {
+	t.Parallel()
+	ops := readFile(t, "../docs/operations.md")
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, "prometheus/alerts.yml")), &file); err != nil {
+		t.Fatal(err)
+	}
+	const runbooks = "https://github.com/sluice-rl/sluice/blob/main/docs/operations.md#"
+	var up, absent bool
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
+				t.Errorf("alert %s: severity %q, want critical or warning", r.Alert, s)
+			}
+			url := r.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(url, runbooks)
+			if !ok || anchor == "" {
+				t.Errorf("alert %s: runbook_url %q, want %s and an anchor", r.Alert, url, runbooks)
+			} else if !strings.Contains(ops, `<a id="`+anchor+`"></a>`) {
+				t.Errorf("alert %s: docs/operations.md has no anchor %q", r.Alert, anchor)
+			}
+			up = up || strings.Contains(r.Expr, "up{")
+			absent = absent || strings.Contains(r.Expr, "absent(")
+		}
+	}
+	if !up || !absent {
+		t.Errorf("no alert on up (%v) or on an absent series (%v): a dead process must alert too", up, absent)
+	}
 }

@@ -103,6 +103,12 @@ func TestMetricsNamedExist(t *testing.T) {
 			}
 		}
 	}
+	// Both processes say which build they run.
+	for _, url := range []string{gw.MetricsURL + "/metrics", svc.URL + "/metrics"} {
+		if !scrape(t, url)["sluice_build_info"] {
+			t.Errorf("%s lacks sluice_build_info", url)
+		}
+	}
 	named := map[string][]string{} // metric: where it is named
 	metric := regexp.MustCompile(`\bsluice_[a-z0-9_]+`)
 	for _, m := range metric.FindAllString(readFile(t, "prometheus/alerts.yml"), -1) {

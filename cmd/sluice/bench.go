@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,8 +20,11 @@ import (
 // optionally beside a baseline URL measured in the same run; or with
 // --overhead, the latency a gateway adds to an upstream (runOverhead).
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bench", "[--redis ADDRS | --url URL [--baseline-url URL]] [flags]", stderr,
+		"Measures decision latency and throughput: of the decision stack called in",
+		"process (counting in memory, or in Redis with --redis), or of a running",
+		"gateway's HTTP endpoint with --url. See docs/benchmarks.md.",
+	)
 	redis := addRedisFlags(fs)
 	url := fs.String("url", "", "measure HTTP GETs of this URL (a gateway) instead of a store")
 	baseline := fs.String("baseline-url", "", "with --url: also measure this URL (the same upstream without the limiter, or a gateway counting in process)")
@@ -38,11 +40,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	at := fs.String("at", "", "with --overhead: pair `rates` a second, comma-separated, instead of half the capacity and the capacity")
 	var pcfg pipeline.Config
 	addPipelineFlags(fs, &pcfg)
-	if err := fs.Parse(args); err != nil {
+	fs.Lookup("gateways").Usage = "store mode: `number` of gateways the measured stack is sized for (leases, the local fallback); 0 means 1"
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	redisCfg, err := redis.Config(os.Getenv)
 	if err != nil {

@@ -144,6 +144,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfoCollector(),
 	} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)

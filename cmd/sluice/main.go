@@ -9,6 +9,7 @@
 //	sluice bench [flags]     measure decision latency and throughput
 //	sluice check FILE        validate a rules file or an Envoy configuration
 //	sluice plan [flags]      size a deployment from traffic figures
+//	sluice version           print the version (also sluice --version)
 //
 // Run "sluice COMMAND -h" for a command's flags.
 package main
@@ -21,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -52,6 +54,7 @@ func commands() []command {
 		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runPlan(args, stdout, stderr)
 		}},
+		{"version", "print the version, the commit and the Go toolchain (also --version)", runVersion},
 	}
 }
 
@@ -66,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -80,7 +85,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			// The flag package has already printed the problem and usage.
 			return 2
 		}
-		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
+		// A command's errors may already start with its name
+		// ("bench: ..."): print it once.
+		fmt.Fprintf(stderr, "sluice %s: %s\n", c.name, strings.TrimPrefix(err.Error(), c.name+": "))
 		return 1
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n", args[0])
@@ -99,27 +106,35 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, `Run "sluice COMMAND -h" for a command's flags.`)
 }
 
-// parseFlags parses a subcommand's flags and refuses positional
-// arguments. Its errors are usageErrors: the problem and the usage are
-// already printed on the flag set's output.
 // newFlagSet returns a command's flag set: errors and usage go to stderr,
-// and -h prints "usage: sluice NAME SYNOPSIS", the lines of about, and the
-// flags.
+// and -h prints "usage: sluice NAME SYNOPSIS", the lines of about, how
+// flags are read from the environment, and the flags.
 func newFlagSet(name, synopsis string, stderr io.Writer, about ...string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice "+name+" "+synopsis)
+		fmt.Fprintln(stderr, strings.TrimSpace("usage: sluice "+name+" "+synopsis))
 		fmt.Fprintln(stderr)
 		for _, line := range about {
 			fmt.Fprintln(stderr, line)
 		}
 		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(stderr, envRule(fs))
+			fmt.Fprintln(stderr)
+			fs.PrintDefaults()
+		}
 	}
 	return fs
 }
 
+// parseFlags parses a subcommand's flags, then sets those the command line
+// did not from the environment (setFromEnv), and refuses positional
+// arguments. Its errors are usageErrors: the problem, and the usage for a
+// mistake on the command line, are already printed on the flag set's
+// output.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -128,6 +143,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		err := fmt.Errorf("unexpected argument %q", fs.Arg(0))
 		fmt.Fprintln(fs.Output(), err)
 		fs.Usage()
+		return usageError{err}
+	}
+	if err := setFromEnv(fs, os.LookupEnv); err != nil {
+		fmt.Fprintf(fs.Output(), "%v\nRun \"sluice %s -h\" for the flags.\n", err, fs.Name())
 		return usageError{err}
 	}
 	return nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -12,8 +11,11 @@ import (
 // runPlan prints how big a deployment must be for the traffic the flags
 // describe; every flag defaults to the reference design's figure.
 func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("plan", "[flags]", stderr,
+		"Sizes a deployment from traffic figures: gateways, Redis shards, memory and",
+		"the lease batch of the busiest key. Every flag defaults to the reference",
+		"design's figure. See docs/operations.md.",
+	)
 	var in capacity.Inputs
 	fs.Float64Var(&in.PeakRPS, "peak-rps", 1_000_000, "API requests a second at peak")
 	fs.Float64Var(&in.GatewayRPS, "gateway-rps", 5_000, "requests a second one gateway handles")
@@ -27,11 +29,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&in.BytesPerLogEntry, "bytes-per-log-entry", 80, "Redis memory of one sliding-log entry")
 	fs.Float64Var(&in.BytesPerCall, "bytes-per-call", 250, "bytes of one script call, request and reply")
 	fs.Float64Var(&in.BusyKeyRPS, "busy-key-rps", 100_000, "the busiest key's limit, a second")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("plan: unexpected argument %q", fs.Arg(0))
 	}
 	p, err := capacity.Compute(in)
 	if err != nil {

@@ -62,6 +62,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let calls in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	addPipelineFlags(fs, &opts.Pipeline)
+	fs.Lookup("gateways").Usage = "`number` of rls instances sharing these limits (in this region), for leases and the local fallback; 0 means 1, with a warning"
 	if err := parseFlags(fs, args); err != nil {
 		return opts, err
 	}
@@ -92,7 +93,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("--config: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector()} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}

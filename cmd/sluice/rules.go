@@ -37,7 +37,7 @@ type rulesOptions struct {
 }
 
 func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
-	o := rulesOptions{listen: "127.0.0.1:8081", shutdownTimeout: 10 * time.Second}
+	o := rulesOptions{listen: "127.0.0.1:8083", shutdownTimeout: 10 * time.Second}
 	c := &o.cfg
 	fs := newFlagSet("rules", "--postgres DSN [flags]", stderr,
 		"Runs the rules service: the admin API under /admin/v1, the gateways' snapshot",
@@ -78,15 +78,8 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return o, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return o, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	return o, nil
+	err := parseFlags(fs, args)
+	return o, err
 }
 
 // rulesTokens reads the tokens file and the environment.
@@ -128,7 +121,7 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector()} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}

@@ -58,7 +58,7 @@ func TestRulesFlagDefaults(t *testing.T) {
 	c := o.cfg
 	got := []any{o.listen, c.Schema, c.MaxOverride, c.PollTimeout, c.GatewayTTL, c.Canary.Fraction, c.Canary.Window, c.Canary.MinSample,
 		c.TrustedNetwork, c.MaxGateways, c.GatewayRetention, c.ReportRate, c.ShadowRawKeys, c.Canary.MinGateways, c.MaxGatewayRate, c.Canary.MaxWait}
-	want := []any{"127.0.0.1:8081", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 4 * time.Second, int64(200),
+	want := []any{"127.0.0.1:8083", "sluice", 7 * 24 * time.Hour, 25 * time.Second, 90 * time.Second, 0.01, 4 * time.Second, int64(200),
 		false, 256, time.Hour, 1.0, false, 3, 100_000.0, 30 * time.Second}
 	for i := range want {
 		if got[i] != want[i] {

@@ -35,7 +35,7 @@ import (
 // Config configures a Client. URL and Gateway are required; the zero value
 // of every other field means its default.
 type Config struct {
-	// URL is the rules service's base URL, such as http://rules:8081.
+	// URL is the rules service's base URL, such as http://rules:8083.
 	URL string
 	// Token is the bearer token of role gateway, if the service asks for
 	// one.
