@@ -34,19 +34,27 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		"of them). Exit status 0 when valid, 1 when not, 2 for a usage error.",
 	)
 	fs.StringVar(&format, "format", format, "what FILE holds: rules, envoy, or auto (a directory, or a file with a top-level domain:, is envoy)")
+	// FILE comes first or after the flags; anything after it is refused as
+	// every command refuses a stray argument (parseFlags).
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	if fs.NArg() != 1 || (format != formatAuto && format != formatRules && format != formatEnvoy) {
-		err := errors.New("want one FILE, and --format auto, rules or envoy")
-		if fs.NArg() > 1 {
-			err = fmt.Errorf("want one FILE, got %d arguments", fs.NArg())
-		}
+	if fs.NArg() == 0 {
+		err := errors.New("want one FILE to check")
 		fmt.Fprintln(stderr, err)
 		fs.Usage()
 		return usageError{err}
 	}
 	path := fs.Arg(0)
+	if err := parseFlags(fs, fs.Args()[1:]); err != nil {
+		return err
+	}
+	if format != formatAuto && format != formatRules && format != formatEnvoy {
+		err := fmt.Errorf("--format %q: want auto, rules or envoy", format)
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+		return usageError{err}
+	}
 	if format == formatAuto {
 		var err error
 		if format, err = detectFormat(path); err != nil {

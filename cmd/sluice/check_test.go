@@ -54,8 +54,8 @@ func TestCheck(t *testing.T) {
 		{"envoy read as rules by flag", []string{"--format", "rules", envoy}, 1, "", "invalid rules", ""},
 		{"rules read as envoy by flag", []string{"--format", "envoy", good}, 1, "", "invalid Envoy", ""},
 		{"no file", nil, 2, "", "want one FILE", ""},
-		{"two files", []string{good, good}, 2, "", "want one FILE, got 2 arguments", ""},
-		{"bad format", []string{"--format", "json", good}, 2, "", "--format auto, rules or envoy", ""},
+		{"two files", []string{good, good}, 2, "", "unexpected argument", ""},
+		{"bad format", []string{"--format", "json", good}, 2, "", `--format "json": want auto, rules or envoy`, ""},
 		{"unknown flag", []string{"--strict", good}, 2, "", "flag provided but not defined: -strict", ""},
 	}
 	for _, tt := range tests {

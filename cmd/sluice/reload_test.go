@@ -106,7 +106,9 @@ func TestSIGHUPEndsNoCommand(t *testing.T) {
 		return strings.Contains(rls.Stderr(), "SIGHUP: rls config reread")
 	})
 	time.Sleep(200 * time.Millisecond)
-	waitFor(t, func() bool { return strings.Contains(gw.Stderr(), "SIGHUP: the built-in demo rules have no file to reload") })
+	waitFor(t, func() bool {
+		return strings.Contains(gw.Stderr(), "SIGHUP: the built-in demo rules have no file to reload")
+	})
 	if resp, _ := get(t, "GET", gw.URL+"/v1/items"); resp.StatusCode != 200 {
 		t.Errorf("gateway after SIGHUP: got %d, want 200", resp.StatusCode)
 	}
