@@ -83,6 +83,14 @@ type Nodes interface {
 	Node(key string) string
 }
 
+// Lister is a shared store that can name every node it knows, so that each
+// node's metric series exist, at zero, before its first failure:
+// redisstore.Store.
+type Lister interface {
+	// NodeAddrs names every node the store knows, as Node names them.
+	NodeAddrs() []string
+}
+
 // Refresher is a shared store that can re-read which node serves each key.
 type Refresher interface {
 	// RefreshNodes reads the node of every key again.
@@ -210,6 +218,7 @@ type Store struct {
 	onTransition func(string, State, State, error)
 	log          *slog.Logger
 	metrics      *metrics
+	lister       Lister // nil unless the remote names its nodes and cfg.Shard is nil
 
 	refresh      func(context.Context) error
 	refreshEvery time.Duration
@@ -300,6 +309,11 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.lister, _ = remote.(Lister)
+	if cfg.Shard != nil {
+		s.lister = nil // names come from cfg.Shard, not the store's nodes
+	}
+	s.listNodes()
 	if s.refresh != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.kick, s.stop, s.done = make(chan struct{}, 1), cancel, make(chan struct{})
@@ -349,10 +363,23 @@ func (s *Store) refresher(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, max(s.refreshEvery, time.Second))
 		err := s.refresh(rctx)
 		cancel()
+		if err == nil {
+			s.listNodes()
+		}
 		if err != nil && ctx.Err() == nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "rate limit shard map not refreshed", slog.Any("error", err))
 		}
 		timer.Reset(s.refreshEvery)
+	}
+}
+
+// listNodes makes the metric series of every node the remote knows exist.
+func (s *Store) listNodes() {
+	if s.lister == nil || s.metrics == nil {
+		return
+	}
+	for _, n := range s.lister.NodeAddrs() {
+		s.metrics.known(n)
 	}
 }
 
@@ -792,7 +819,10 @@ func (s *Store) shard(key string) *shard {
 	if v, ok := s.shards.Load(name); ok {
 		return v.(*shard)
 	}
-	v, _ := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}})
+	v, loaded := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}})
+	if !loaded {
+		s.metrics.known(name)
+	}
 	return v.(*shard)
 }
 

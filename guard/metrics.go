@@ -61,7 +61,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("guard: register metrics: %w", err)
 		}
 	}
+	// The fallback labels are a small fixed set: make each series exist at
+	// zero so that rate() over them has data on a healthy fleet.
+	m.fallbacks.WithLabelValues(string(limit.FromLocalFallback), "allowed")
+	m.fallbacks.WithLabelValues(string(limit.FromLocalFallback), "refused")
+	m.fallbacks.WithLabelValues(string(limit.FromFailClosed), "refused")
 	return m, nil
+}
+
+// known makes shard's series exist, at zero unless already counted.
+func (m *metrics) known(shard string) {
+	if m == nil {
+		return
+	}
+	m.state.WithLabelValues(shard)
+	m.opened.WithLabelValues(shard)
+	m.timeouts.WithLabelValues(shard)
+	m.errors.WithLabelValues(shard)
 }
 
 func (m *metrics) transition(shard string, to State) {

@@ -37,6 +37,13 @@ func (s *Store) NodeAddr(slot uint16) string {
 	return t.addrs[t.owner[slot]-1]
 }
 
+// NodeAddrs returns the addresses NodeAddr can name as of the store's last
+// read of the slot map: each primary serving slots, or the standalone
+// server. It does no I/O.
+func (s *Store) NodeAddrs() []string {
+	return slices.Clone(s.topo.Load().addrs)
+}
+
 // RefreshNodes reads the cluster's slot map again (CLUSTER SLOTS, from any
 // node) for NodeAddr. On a standalone server there is nothing to read, and
 // neither before the store has connected: it reads the map when it
