@@ -100,15 +100,20 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 }
 
 // Serve serves srv on ln until ctx is done, then stops accepting and waits
-// up to grace for the requests in flight to finish. It returns nil after a
+// up to grace for the requests in flight to finish, logging one line to
+// logger (nil logs nothing) as that drain begins. It returns nil after a
 // clean shutdown, or the error that stopped the server or the shutdown.
-func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration) error {
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration, logger *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("gateway: serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
+	}
+	if logger != nil {
+		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "draining: no new connections, waiting for requests in flight",
+			slog.String("addr", ln.Addr().String()), slog.Int64("timeout_ms", grace.Milliseconds()))
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()

@@ -134,7 +134,7 @@ func TestServeFinishesRequestsInFlight(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- gateway.Serve(ctx, gateway.NewServer(h, nil), ln, 10*time.Second) }()
+	go func() { served <- gateway.Serve(ctx, gateway.NewServer(h, nil), ln, 10*time.Second, nil) }()
 
 	type result struct {
 		body string

@@ -266,7 +266,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	errc := make(chan error, len(servers))
 	for _, s := range servers {
 		go func() {
-			err := gateway.Serve(ctx, s.srv, s.ln, opts.ShutdownTimeout)
+			err := gateway.Serve(ctx, s.srv, s.ln, opts.ShutdownTimeout, logger)
 			cancel()
 			errc <- err
 		}()

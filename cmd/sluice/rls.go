@@ -169,7 +169,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "sluice rls: gRPC listening on grpc://%s\n", ln.Addr())
 	if httpServer != nil {
 		go func() {
-			err := gateway.Serve(ctx, httpServer, hln, opts.ShutdownTimeout)
+			err := gateway.Serve(ctx, httpServer, hln, opts.ShutdownTimeout, logger)
 			cancel()
 			errc <- err
 		}()

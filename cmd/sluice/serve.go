@@ -43,7 +43,7 @@ func serveService(ctx context.Context, command, what, listen string, h http.Hand
 	})
 	fmt.Fprintf(stdout, "sluice %s: listening on http://%s\n", command, ln.Addr())
 	logger.Info(what+" listening", append([]any{"addr", ln.Addr().String()}, attrs...)...)
-	err = gateway.Serve(ctx, gateway.NewServer(mux, logger), ln, shutdownTimeout)
+	err = gateway.Serve(ctx, gateway.NewServer(mux, logger), ln, shutdownTimeout, logger)
 	cancel()
 	return err
 }

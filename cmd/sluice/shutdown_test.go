@@ -179,3 +179,45 @@ func TestInflightWait(t *testing.T) {
 	}
 	<-done
 }
+
+func TestSIGTERMLogsTheDrain(t *testing.T) {
+	// An operator reading the log sees when draining began and how long it
+	// may take, before the line saying the command stopped.
+	for _, c := range []struct {
+		args    []string
+		stopped string
+	}{
+		{[]string{"gateway", "--listen", "127.0.0.1:0", "--shutdown-timeout", "7s"}, "gateway stopped"},
+		{[]string{"balancer", "--listen", "127.0.0.1:0", "--regions", "us,eu", "--trusted-network", "--shutdown-timeout", "7s"}, ""},
+	} {
+		t.Run(c.args[0], func(t *testing.T) {
+			p := sluice.Start(t, c.args...)
+			p.Signal(t, syscall.SIGTERM)
+			if code := p.Wait(t); code != 0 {
+				t.Fatalf("exit code after SIGTERM %d, want 0; stderr:\n%s", code, p.Stderr())
+			}
+			log := p.Stderr()
+			var drain string
+			for line := range strings.Lines(log) {
+				var rec struct {
+					Level, Msg string
+					TimeoutMS  *int64 `json:"timeout_ms"`
+				}
+				if json.Unmarshal([]byte(line), &rec) != nil || !strings.Contains(rec.Msg, "draining") {
+					continue
+				}
+				drain = line
+				if rec.Level != "INFO" || rec.TimeoutMS == nil || *rec.TimeoutMS != 7000 {
+					t.Errorf("drain line %q: want level INFO and timeout_ms 7000", strings.TrimSpace(line))
+				}
+				break
+			}
+			if drain == "" {
+				t.Fatalf("stderr lacks a line saying draining began:\n%s", log)
+			}
+			if c.stopped != "" && strings.Index(log, c.stopped) < strings.Index(log, drain) {
+				t.Errorf("%q not logged after the drain line:\n%s", c.stopped, log)
+			}
+		})
+	}
+}
