@@ -64,6 +64,10 @@ func (r PairsResult) Throughput() float64 {
 // machine in the same state. It stops when the duration or the pair count
 // runs out, or ctx ends.
 func RunPairs(ctx context.Context, cfg Pairs, a, b Op) PairsResult {
+	// A pair started inside the run finishes even if the run's time ends
+	// halfway through it: the ops get the caller's context, not the timed
+	// one, so no side is counted without the other.
+	opCtx := ctx
 	ctx, cancel, workers, maxPairs := bounded(ctx, Config{Concurrency: cfg.Concurrency, Duration: cfg.Duration, MaxOps: cfg.MaxPairs})
 	defer cancel()
 	type part struct {
@@ -103,13 +107,13 @@ func RunPairs(ctx context.Context, cfg Pairs, a, b Op) PairsResult {
 					first, second = b, a
 				}
 				t0 := time.Now()
-				_, err1 := first(ctx, w, k)
+				_, err1 := first(opCtx, w, k)
 				t1 := time.Now()
-				_, err2 := second(ctx, w, k)
+				_, err2 := second(opCtx, w, k)
 				t2 := time.Now()
 				if err := errors.Join(err1, err2); err != nil {
-					if ctx.Err() != nil {
-						return // cut short by the end of the run
+					if opCtx.Err() != nil {
+						return // cut short by the caller
 					}
 					p.errors++
 					if p.firstErr == nil {
