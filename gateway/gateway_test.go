@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
@@ -105,7 +106,7 @@ func newTestGateway(t *testing.T, ruleYAML string, edit func(*gateway.Config)) *
 	}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	g.srv = httptest.NewUnstartedServer(nil)
-	g.srv.Config = gateway.NewServer(lim.Middleware(ok), nil)
+	g.srv.Config = process.NewServer(lim.Middleware(ok), nil)
 	g.srv.Start()
 	t.Cleanup(g.srv.Close)
 	return g

@@ -37,6 +37,7 @@ type balancerOptions struct {
 	minShare        float64
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
+	pprof           bool // serve /debug/pprof/ on listen
 }
 
 // regionsFlag parses a comma-separated list of region names into *p.
@@ -88,6 +89,7 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 	fs.DurationVar(&c.MaxSkew, "max-clock-skew", 30*time.Second, "how far ahead of the balancer's clock a report may say it was sent; a report further ahead is refused")
 	fs.BoolVar(&c.TrustedNetwork, "trusted-network", false, "serve /v1 without $"+envBalancerToken+": only for a network where nothing but gateways and operators reaches the balancer (it shows API keys)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
+	addPprofFlag(fs, &o.pprof, "--listen")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -181,7 +183,7 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// Run answers the held polls when ctx is done, so shutdown need not
 	// wait out the poll timeout.
-	return serveService(ctx, "balancer", "balancer", o.listen, srv.Handler(), srv.Run, reg, logger, stdout, o.shutdownTimeout,
+	return serveService(ctx, "balancer", "balancer", o.listen, srv.Handler(), srv.Run, reg, o.pprof, logger, stdout, o.shutdownTimeout,
 		"regions", o.cfg.Regions, "interval", o.cfg.Interval.String(), "standby_of", o.cfg.Primary)
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/bench"
+	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -150,7 +151,7 @@ func serveLoopback(h http.Handler) (stop func(), url string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
-	srv := gateway.NewServer(h, nil)
+	srv := process.NewServer(h, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -12,14 +12,13 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -36,6 +35,7 @@ type gatewayOptions struct {
 	Region          string // this gateway's region, for the fleet count per region; empty: $SLUICE_REGION
 	Redis           redisstore.Config
 	MetricsListen   string
+	Pprof           bool // serve /debug/pprof/ on MetricsListen
 	TrustedProxies  []netip.Prefix
 	UnknownKeys     bool // --unknown-keys-as-address
 	StoreTimeout    time.Duration
@@ -50,7 +50,7 @@ type gatewayOptions struct {
 // parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
 // flag set has printed them.
 func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) {
-	opts := gatewayOptions{Listen: defaultListen, ReadTimeout: gateway.DefaultReadTimeout, ShutdownTimeout: defaultShutdownTimeout}
+	opts := gatewayOptions{Listen: defaultListen, ReadTimeout: process.DefaultReadTimeout, ShutdownTimeout: defaultShutdownTimeout}
 	fs := newFlagSet("gateway", "[flags]", stderr,
 		"Runs the rate-limiting gateway. With no flags: the built-in demo rules, an",
 		"in-process store and a built-in answer on "+defaultListen+".",
@@ -65,6 +65,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.StringVar(&opts.Region, "region", "", "`region` this gateway serves, for the rules service's fleet count; empty means $"+envRegion)
 	redis := addRedisFlags(fs)
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "`address` to serve /metrics, /healthz and /readyz on; empty serves no metrics")
+	addPprofFlag(fs, &opts.Pprof, "--metrics-listen")
 	fs.Func("trusted-proxy", "`CIDR`s, comma-separated, of proxies whose X-Forwarded-For is believed", func(s string) error {
 		opts.TrustedProxies = nil
 		for c := range strings.SplitSeq(s, ",") {
@@ -154,7 +155,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// them, and only then closes the pipeline (leases, guard, Redis);
 	// requests that outlive even that keep it open, since the process is
 	// about to exit anyway.
-	var handlers inflight
+	var handlers process.Inflight
 	storeInUse := false
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
@@ -207,9 +208,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	health := gateway.Health(src)
-	ready := gateway.Ready(store.Down)
+	ready := process.Ready(store.Down)
 	limited := lim.Middleware(next)
-	api := handlers.track(func(w http.ResponseWriter, r *http.Request) {
+	api := handlers.Track(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Not a ServeMux: it would redirect unclean paths the upstream
 		// should see as they are.
 		switch r.URL.Path {
@@ -221,35 +222,25 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return
 		}
 		limited.ServeHTTP(w, r)
-	})
+	}))
 
-	type server struct {
-		srv *http.Server
-		ln  net.Listener
-	}
-	var servers []server
-	defer func() {
-		for _, s := range servers {
-			s.ln.Close()
-		}
-	}()
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	apiServer := gateway.NewServer(api, logger)
+	apiServer := process.NewServer(api, logger)
 	apiServer.ReadTimeout = opts.ReadTimeout
-	servers = append(servers, server{apiServer, ln})
+	eps := []process.Endpoint{{Server: apiServer, Listener: ln}}
 	if opts.MetricsListen != "" {
 		mln, err := net.Listen("tcp", opts.MetricsListen)
 		if err != nil {
+			ln.Close()
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+		mux := process.Metrics(reg, logger, opts.Pprof)
 		mux.Handle("/healthz", health)
 		mux.Handle("/readyz", ready)
-		servers = append(servers, server{gateway.NewServer(mux, logger), mln})
+		eps = append(eps, process.Endpoint{Server: process.NewServer(mux, logger), Listener: mln})
 		fmt.Fprintf(stdout, "sluice gateway: metrics on http://%s/metrics\n", mln.Addr())
 	}
 	upstream := opts.Upstream
@@ -260,88 +251,23 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	logger.LogAttrs(ctx, slog.LevelInfo, "gateway listening", slog.String("addr", ln.Addr().String()),
 		slog.String("upstream", upstream), slog.Int("redis_addrs", len(opts.Redis.Addrs)))
 
-	// Both servers stop when ctx is done or when either fails.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, len(servers))
-	for _, s := range servers {
-		go func() {
-			err := gateway.Serve(ctx, s.srv, s.ln, opts.ShutdownTimeout, logger)
-			cancel()
-			errc <- err
-		}()
-	}
-	var first error
-	for range servers {
-		if err := <-errc; err != nil && first == nil {
-			first = err
-		}
-	}
-	servers = nil // Serve has closed the listeners.
-	// Past the shutdown timeout Serve closed the connections, which
-	// cancels their requests; give those a moment to notice.
-	if n := handlers.wait(handlersGiveUp); n > 0 {
+	err = process.Run(ctx, opts.ShutdownTimeout, logger, eps...)
+	// Past the shutdown timeout Run closed the connections, which cancels
+	// their requests; give those a moment to notice.
+	if n := handlers.Wait(handlersGiveUp); n > 0 {
 		storeInUse = true
 		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "requests still running after shutdown; leaving the store open for them",
 			slog.Int("requests", n))
 	}
-	if first == nil {
+	if err == nil {
 		logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "gateway stopped")
 	}
-	return first
+	return err
 }
 
 // handlersGiveUp is how long shutdown waits for requests still running
 // once the shutdown timeout has passed and their connections are closed.
 const handlersGiveUp = 5 * time.Second
-
-// inflight counts the requests its handlers are serving, so that shutdown
-// can wait for them before it closes what they use. The zero value is
-// ready; it is safe for concurrent use.
-type inflight struct {
-	mu   sync.Mutex
-	n    int           // requests in flight; guarded by mu
-	idle chan struct{} // closed when n drops to 0; guarded by mu
-}
-
-// track returns h counted in f.
-func (f *inflight) track(h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		if f.n == 0 {
-			f.idle = make(chan struct{})
-		}
-		f.n++
-		f.mu.Unlock()
-		defer func() {
-			f.mu.Lock()
-			if f.n--; f.n == 0 {
-				close(f.idle)
-			}
-			f.mu.Unlock()
-		}()
-		h(w, r)
-	})
-}
-
-// wait waits up to d for no request to be in flight, and returns how many
-// still are.
-func (f *inflight) wait(d time.Duration) int {
-	f.mu.Lock()
-	idle := f.idle
-	f.mu.Unlock()
-	if idle != nil {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-idle:
-		case <-t.C:
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n
-}
 
 // fleetSize returns how the gateway learns its fleet's size: from the
 // rules service when it follows one, counting only this region's gateways

@@ -21,17 +21,16 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+
+	"github.com/sluice-rl/sluice/internal/process"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// SIGHUP reloads what a command reloads, and ends no command.
-	ctx, stopHangups := catchHangups(ctx)
+	// SIGINT and SIGTERM end ctx; SIGHUP reloads what a command reloads,
+	// and ends no command.
+	ctx, stop := process.Signals(context.Background())
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stopHangups()
 	stop()
 	os.Exit(code)
 }

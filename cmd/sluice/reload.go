@@ -6,110 +6,32 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/rules"
 )
 
-// hangups hands each SIGHUP to every part of the command that reloads
-// something. A command that reloads nothing still receives the signal, so
-// SIGHUP never ends the process (by default it would, with no drain and
-// no log).
-type hangups struct {
-	mu   sync.Mutex
-	subs []chan struct{} // guarded by mu
-}
-
-type hangupsKey struct{}
-
-// catchHangups makes SIGHUP a request to reload for the commands run under
-// the returned context, until stop is called.
-func catchHangups(ctx context.Context) (_ context.Context, stop func()) {
-	h := &hangups{}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGHUP)
-	stopLoop := each(sig, h.broadcast)
-	return context.WithValue(ctx, hangupsKey{}, h), func() {
-		signal.Stop(sig)
-		stopLoop()
-	}
-}
-
-// each calls f for every value c receives, in a goroutine of its own,
-// until stop is called; stop returns once f no longer runs.
-func each[T any](c <-chan T, f func()) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-c:
-				f()
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
-func (h *hangups) broadcast() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.subs {
-		select {
-		case c <- struct{}{}:
-		default: // a reload is already pending
-		}
-	}
-}
-
-// onHangup returns a channel that receives after each SIGHUP the process
-// gets while ctx (from catchHangups) lives; a context without hangups, as
-// in tests that call run directly, gives a channel that never receives.
-func onHangup(ctx context.Context) <-chan struct{} {
-	c := make(chan struct{}, 1)
-	if h, ok := ctx.Value(hangupsKey{}).(*hangups); ok {
-		h.mu.Lock()
-		h.subs = append(h.subs, c)
-		h.mu.Unlock()
-	}
-	return c
-}
-
 // logHangups logs msg at each SIGHUP until stop is called, for a part of a
 // command that has nothing to reload: whoever sent it sees it was received.
 func logHangups(ctx context.Context, logger *slog.Logger, msg string) (stop func()) {
-	return each(onHangup(ctx), func() { logger.Info(msg) })
+	return process.OnHangup(ctx, func() { logger.Info(msg) })
 }
 
-// reloadRLSOnHangup reloads the rls configuration at each SIGHUP until ctx
-// is done; its Watcher also polls the files every --reload-every.
-func reloadRLSOnHangup(ctx context.Context, w *rls.Watcher, logger *slog.Logger) {
-	hangup := onHangup(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hangup:
-		}
-		changed, err := w.Reload()
-		if err != nil {
-			logger.Error("SIGHUP: rls config not reloaded; keeping the rules in force", "error", err)
-			continue
-		}
-		logger.Info("SIGHUP: rls config reread", "changed", changed)
+// reloadRLS rereads the rls configuration after a SIGHUP; its Watcher also
+// polls the files every --reload-every.
+func reloadRLS(w *rls.Watcher, logger *slog.Logger) {
+	changed, err := w.Reload()
+	if err != nil {
+		logger.Error("SIGHUP: rls config not reloaded; keeping the rules in force", "error", err)
+		return
 	}
+	logger.Info("SIGHUP: rls config reread", "changed", changed)
 }
 
 // rulesFileEvery is how often a --rules file is checked for changes.

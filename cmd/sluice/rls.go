@@ -9,17 +9,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rls"
@@ -29,6 +29,7 @@ import (
 type rlsOptions struct {
 	Listen          string // gRPC
 	HTTPListen      string // JSON endpoint, /metrics, /healthz; empty: none
+	Pprof           bool   // serve /debug/pprof/ on HTTPListen
 	Config          string
 	ReloadEvery     time.Duration
 	Redis           redisstore.Config
@@ -52,6 +53,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	)
 	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve gRPC on: the rate limit service and gRPC health checking")
 	fs.StringVar(&opts.HTTPListen, "http-listen", "", "`address` to serve the JSON endpoint (POST /json), /metrics, /healthz and /readyz on; empty serves none")
+	addPprofFlag(fs, &opts.Pprof, "--http-listen")
 	fs.StringVar(&opts.Config, "config", "", "envoyproxy/ratelimit configuration: a YAML `file`, or a directory of them (one domain each)")
 	fs.DurationVar(&opts.ReloadEvery, "reload-every", opts.ReloadEvery, "how often to look for configuration changes")
 	redis := addRedisFlags(fs)
@@ -130,81 +132,73 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: opts.MaxConnAge, MaxConnectionAgeGrace: opts.ShutdownTimeout}))
 	}
 	grpcServer, health := rls.NewGRPCServer(svc, opts.Reflection, grpcOpts...)
-	var httpServer *http.Server
-	var hln net.Listener
+	eps := []process.Endpoint{{Server: grpcDrain{grpcServer, health}, Listener: ln}}
+	fmt.Fprintf(stdout, "sluice rls: gRPC listening on grpc://%s\n", ln.Addr())
+	httpAddr := ""
 	if opts.HTTPListen != "" {
-		if hln, err = net.Listen("tcp", opts.HTTPListen); err != nil {
+		hln, err := net.Listen("tcp", opts.HTTPListen)
+		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--http-listen: %w", err)
 		}
-		mux := http.NewServeMux()
+		mux := process.Metrics(reg, logger, opts.Pprof)
 		mux.Handle("/json", svc)
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-		mux.Handle("/readyz", gateway.Ready(store.Down))
-		httpServer = gateway.NewServer(mux, logger)
-	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// Health follows Redis: NOT_SERVING while a node is down. Stopped
-	// before the store closes (the deferred calls run last in, first out).
-	readiness := make(chan struct{})
-	go func() {
-		defer close(readiness)
-		followReadiness(ctx, health, store.Down, readinessEvery, logger)
-	}()
-	defer func() {
-		cancel()
-		<-readiness
-	}()
-	errc := make(chan error, 3)
-	go func() { watcher.Run(ctx, opts.ReloadEvery); errc <- nil }()
-	go reloadRLSOnHangup(ctx, watcher, logger)
-	go func() {
-		err := grpcServer.Serve(ln)
-		cancel()
-		errc <- err
-	}()
-	fmt.Fprintf(stdout, "sluice rls: gRPC listening on grpc://%s\n", ln.Addr())
-	if httpServer != nil {
-		go func() {
-			err := gateway.Serve(ctx, httpServer, hln, opts.ShutdownTimeout, logger)
-			cancel()
-			errc <- err
-		}()
+		mux.Handle("/readyz", process.Ready(store.Down))
+		eps = append(eps, process.Endpoint{Server: process.NewServer(mux, logger), Listener: hln})
+		httpAddr = hln.Addr().String()
 		fmt.Fprintf(stdout, "sluice rls: JSON endpoint, /metrics, /healthz and /readyz listening on http://%s\n", hln.Addr())
 	}
-	httpAddr := ""
-	if hln != nil {
-		httpAddr = hln.Addr().String()
-	}
+
+	// The watcher, and health following Redis (NOT_SERVING while a node
+	// is down), stop before the store closes (the deferred calls run last
+	// in, first out).
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { followReadiness(ctx, health, store.Down, readinessEvery, logger) })
+	wg.Go(func() { watcher.Run(ctx, opts.ReloadEvery) })
+	defer process.OnHangup(ctx, func() { reloadRLS(watcher, logger) })()
 	logger.Info("rls listening", "grpc", ln.Addr().String(), "http", httpAddr, "redis_addrs", len(opts.Redis.Addrs), "domains", watcher.Current().Domains())
 
-	<-ctx.Done()
-	health.Shutdown()
+	err = process.Run(ctx, opts.ShutdownTimeout, logger, eps...)
+	logger.Info("rls stopped")
+	return err
+}
+
+// grpcDrain is a gRPC server as a process.Server: shutting down answers
+// NOT_SERVING to health checks, then lets the calls in flight finish.
+type grpcDrain struct {
+	*grpc.Server
+	health *health.Server
+}
+
+func (g grpcDrain) Serve(ln net.Listener) error {
+	if err := g.Server.Serve(ln); !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil // shut down before it began
+}
+
+func (g grpcDrain) Shutdown(ctx context.Context) error {
+	g.health.Shutdown()
 	stopped := make(chan struct{})
-	go func() { grpcServer.GracefulStop(); close(stopped) }()
-	t := time.NewTimer(opts.ShutdownTimeout)
+	go func() {
+		defer close(stopped)
+		g.GracefulStop()
+	}()
 	select {
 	case <-stopped:
-	case <-t.C:
-		grpcServer.Stop()
-		<-stopped
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	t.Stop()
-	n := 2
-	if httpServer != nil {
-		n++
-	}
-	var first error
-	for range n {
-		if err := <-errc; err != nil && first == nil {
-			first = err
-		}
-	}
-	logger.Info("rls stopped")
-	return first
+}
+
+func (g grpcDrain) Close() error {
+	g.Stop()
+	return nil
 }
 
 // readinessEvery is how often the rls looks at Redis for its gRPC health.

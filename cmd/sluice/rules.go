@@ -34,6 +34,7 @@ type rulesOptions struct {
 	tokensFile      string
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
+	pprof           bool // serve /debug/pprof/ on listen
 }
 
 func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
@@ -77,6 +78,7 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.Float64Var(&c.MaxGatewayRate, "max-gateway-rate", 100_000, "most requests a second one gateway can decide: a report claiming more since the gateway's previous one is refused")
 	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
+	addPprofFlag(fs, &o.pprof, "--listen")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
 	err := parseFlags(fs, args)
 	return o, err
@@ -142,6 +144,6 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer svc.Close()
 	// Run ends the waiting long polls when ctx is done, which lets the
 	// server shut down without waiting out the poll timeout.
-	return serveService(ctx, "rules", "rules service", o.listen, svc.Handler(), svc.Run, reg, logger, stdout, o.shutdownTimeout,
+	return serveService(ctx, "rules", "rules service", o.listen, svc.Handler(), svc.Run, reg, o.pprof, logger, stdout, o.shutdownTimeout,
 		"schema", o.cfg.Schema)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -50,7 +51,7 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 		logger.LogAttrs(ctx, slog.LevelInfo, "rules loaded; SIGHUP or a change of the file reloads them",
 			slog.String("file", opts.Rules), slog.String("hash", f.Current().Hash))
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		hangup := onHangup(ctx)
+		hangup := process.Hangups(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

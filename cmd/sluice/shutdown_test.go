@@ -151,35 +151,6 @@ func TestFailedStartStopsTheRulesClient(t *testing.T) {
 	}
 }
 
-func TestInflightWait(t *testing.T) {
-	var f inflight
-	if n := f.wait(time.Hour); n != 0 {
-		t.Fatalf("nothing served yet: %d in flight, want 0", n)
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	h := f.track(func(http.ResponseWriter, *http.Request) {
-		entered <- struct{}{}
-		<-release
-	})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	}()
-	<-entered
-	if n := f.wait(20 * time.Millisecond); n != 1 {
-		t.Errorf("a request still running: wait says %d in flight, want 1", n)
-	}
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		close(release)
-	}()
-	if n := f.wait(10 * time.Second); n != 0 {
-		t.Errorf("the request ended during the wait: %d in flight, want 0", n)
-	}
-	<-done
-}
-
 func TestSIGTERMLogsTheDrain(t *testing.T) {
 	// An operator reading the log sees when draining began and how long it
 	// may take, before the line saying the command stopped.

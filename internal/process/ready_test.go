@@ -1,4 +1,4 @@
-package gateway_test
+package process_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/process"
 )
 
 // TestReady checks /readyz: 503 naming the nodes down, 200 once none is,
@@ -19,7 +19,7 @@ func TestReady(t *testing.T) {
 	var calls atomic.Int64
 	var down atomic.Value
 	down.Store([]string{"10.0.0.1:6379"})
-	srv := httptest.NewServer(gateway.Ready(func(context.Context) []string {
+	srv := httptest.NewServer(process.Ready(func(context.Context) []string {
 		calls.Add(1)
 		return down.Load().([]string)
 	}))
