@@ -122,6 +122,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if opts.Pprof && opts.MetricsListen == "" {
+		return fmt.Errorf("--pprof needs --metrics-listen: the profiles are served on the metrics address only")
+	}
 	if opts.Rules != "" && opts.RulesURL != "" {
 		return fmt.Errorf("--rules and --rules-url are both set; choose one")
 	}

@@ -89,6 +89,9 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if opts.Pprof && opts.HTTPListen == "" {
+		return fmt.Errorf("--pprof needs --http-listen: the profiles are served beside /metrics only")
+	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
 	watcher, err := rls.Watch(opts.Config, logger)
 	if err != nil {
