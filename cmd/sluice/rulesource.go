@@ -132,5 +132,11 @@ func ruleSourceHooks(src gateway.RuleSource, reg prometheus.Registerer) (func(ga
 	if err := c.Register(reg); err != nil {
 		return nil, err
 	}
-	return c.Observe, nil
+	return func(e gateway.Event) { c.Observe(outcome(e)) }, nil
+}
+
+// outcome is the rules service's account of a gateway's store call, e.
+func outcome(e gateway.Event) rulesync.Outcome {
+	return rulesync.Outcome{Version: e.RulesVersion, Key: e.Key, Shadow: e.Shadow, Limits: e.Limits, Rules: e.Rules,
+		Decision: e.Decision, Err: e.Err}
 }

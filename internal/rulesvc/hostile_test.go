@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/internal/rulesync"
@@ -233,9 +232,9 @@ func TestCanaryRefusingUnlimitedTrafficIsHalted(t *testing.T) {
 		}
 		for range 50 {
 			if canary {
-				c.Observe(gateway.Event{Key: "ip:192.0.2.1", Limits: lims, RulesVersion: v})
+				c.Observe(rulesync.Outcome{Key: "ip:192.0.2.1", Limits: lims, Version: v})
 			} else {
-				c.Observe(gateway.Event{Key: "ip:192.0.2.1", RulesVersion: version(c), Decision: limit.Decision{Allowed: true}})
+				c.Observe(rulesync.Outcome{Key: "ip:192.0.2.1", Version: version(c), Decision: limit.Decision{Allowed: true}})
 			}
 		}
 	}

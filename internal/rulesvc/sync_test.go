@@ -218,7 +218,9 @@ func startCanaryFleet(t *testing.T, base string, n int) *canaryFleet {
 	for i := range n {
 		id := fmt.Sprintf("gw-%d", i)
 		c := startClient(t, base, id, "eu", rulesync.Config{})
-		lim, err := gateway.New(gateway.Config{Rules: c, OnDecision: c.Observe})
+		lim, err := gateway.New(gateway.Config{Rules: c, OnDecision: func(e gateway.Event) {
+			c.Observe(rulesync.Outcome{Version: e.RulesVersion, Key: e.Key, Shadow: e.Shadow, Limits: e.Limits, Rules: e.Rules, Decision: e.Decision, Err: e.Err})
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}

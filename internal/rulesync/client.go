@@ -61,7 +61,7 @@ type Config struct {
 	HTTPClient *http.Client
 	// Registerer receives the client's metrics. Nil means none.
 	Registerer prometheus.Registerer
-	// Logger receives the client's log. Nil means slog.Default().
+	// Logger receives the client's log. Nil discards it.
 	Logger *slog.Logger
 	// Now returns the current time. Nil means time.Now.
 	Now func() time.Time
@@ -124,7 +124,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.HTTPClient = &http.Client{}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

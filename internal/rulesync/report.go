@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // Bounds on what one report interval keeps, so a flood of distinct keys
@@ -256,22 +257,46 @@ func (c *Client) report(ctx context.Context, vrs []rulesapi.VersionReport) error
 	return nil
 }
 
-// Observe counts one store call of the gateway, for gateway.Config's
-// OnDecision: enforced decisions for the canary, and shadow limits that
-// would have refused. Calls the store could not answer are not counted:
-// they say nothing about the rules. Each call counts under e.RulesVersion,
-// the version its request was resolved against, so a swap while requests
-// are in flight moves none of them to the new version's counts.
+// Outcome is one store call of the gateway as the rules service hears of
+// it: the gateway fills one in from each of its decisions (cmd/sluice does
+// so from gateway.Config.OnDecision's Event, field for field) and hands it
+// to Observe.
+type Outcome struct {
+	// Version is the snapshot version the request was resolved against,
+	// which may no longer be the one in force when the call ends.
+	Version int64
+	// Key is the store key: "k:" and the API key, or "ip:" and the client
+	// address.
+	Key string
+	// Shadow is true for the check of shadow-mode limits: Limits and Rules
+	// are the shadow ones, and Decision says what they would have done.
+	Shadow bool
+	// Limits are the limits checked, and Rules the rules they came from,
+	// in the same order; Decision.Index is a position in both.
+	Limits []limit.Limit
+	Rules  []*rules.Rule
+	// Decision is the store's answer; meaningless when Err is set.
+	Decision limit.Decision
+	// Err is the store's error.
+	Err error
+}
+
+// Observe counts one store call of the gateway: enforced decisions for the
+// canary, and shadow limits that would have refused. Calls the store could
+// not answer are not counted: they say nothing about the rules. Each call
+// counts under o.Version, the version its request was resolved against, so
+// a swap while requests are in flight moves none of them to the new
+// version's counts. Observe must not keep o's slices, and does not.
 //
-// An event that is not Shadow and has no Limits is a request no enforced
+// An outcome that is not Shadow and has no Limits is a request no enforced
 // limit applied to: it counts as a request that was let through, so a
 // canary that starts refusing such requests is compared with the rest.
-func (c *Client) Observe(e gateway.Event) {
+func (c *Client) Observe(e Outcome) {
 	if e.Err != nil {
 		return
 	}
 	if !e.Shadow {
-		c.Record(e.RulesVersion, len(e.Limits) > 0 && !e.Decision.Allowed)
+		c.Record(e.Version, len(e.Limits) > 0 && !e.Decision.Allowed)
 		return
 	}
 	if e.Decision.Allowed || e.Decision.Index < 0 || e.Decision.Index >= len(e.Rules) || e.Rules[e.Decision.Index] == nil {
@@ -280,5 +305,5 @@ func (c *Client) Observe(e gateway.Event) {
 	// The store key ("k:" and the API key, or "ip:" and the address) goes
 	// to the service as it is; the service keeps it hashed the way the
 	// decision log writes it, unless its operator opts in to raw keys.
-	c.RecordShadow(e.RulesVersion, e.Rules[e.Decision.Index].ID, e.Key)
+	c.RecordShadow(e.Version, e.Rules[e.Decision.Index].ID, e.Key)
 }

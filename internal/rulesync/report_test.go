@@ -97,14 +97,14 @@ func TestReportsCountDecisionsPerVersion(t *testing.T) {
 	}
 }
 
-func TestObserveCountsGatewayEvents(t *testing.T) {
+func TestObserveCountsOutcomes(t *testing.T) {
 	f, srv := newFake(t, 9, docWithDefault(10))
 	c := newClient(t, srv.URL, rulesync.Config{ReportInterval: 10 * time.Millisecond})
 	run(t, c)
 	waitFor(t, "version 9", func() bool { return versionOf(c) == 9 })
 	shadowRule := &rules.Rule{ID: 77, Mode: rules.Shadow}
 	lims := []limit.Limit{{Name: "s", Count: 1, Period: time.Second}}
-	events := []gateway.Event{
+	events := []rulesync.Outcome{
 		{Key: "k:key_a", Limits: lims, Decision: limit.Decision{Allowed: true}},
 		{Key: "k:key_a", Limits: lims, Decision: limit.Decision{Allowed: false}},
 		{Key: "k:key_a", Limits: lims, Err: errors.New("store down")}, // says nothing about the rules
@@ -117,7 +117,7 @@ func TestObserveCountsGatewayEvents(t *testing.T) {
 		{Key: "k:key_c", Shadow: true, Rules: []*rules.Rule{shadowRule}, Decision: limit.Decision{Allowed: false, Index: 3}},
 	}
 	for _, e := range events {
-		e.RulesVersion = 9
+		e.Version = 9
 		c.Observe(e)
 	}
 	waitFor(t, "the events reported", func() bool {
@@ -160,7 +160,8 @@ func TestObserveCountsTheVersionThatResolvedTheRequest(t *testing.T) {
 	run(t, c)
 	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
 	store := &gatedStore{Store: memstore.New(memstore.Config{}), entered: make(chan struct{}), release: make(chan struct{})}
-	lim, err := gateway.New(gateway.Config{Rules: c, Store: store, OnDecision: c.Observe})
+	// The gateway feeds the client as cmd/sluice wires it.
+	lim, err := gateway.New(gateway.Config{Rules: c, Store: store, OnDecision: func(e gateway.Event) { c.Observe(outcome(e)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,4 +248,9 @@ func TestCanaryReportsEverySecond(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outcome is the Outcome of e, as cmd/sluice copies it.
+func outcome(e gateway.Event) rulesync.Outcome {
+	return rulesync.Outcome{Version: e.RulesVersion, Key: e.Key, Shadow: e.Shadow, Limits: e.Limits, Rules: e.Rules, Decision: e.Decision, Err: e.Err}
 }
