@@ -20,6 +20,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/sharesync"
 	"github.com/sluice-rl/sluice/share"
 )
 
@@ -31,7 +33,7 @@ const envBalancerToken = "SLUICE_BALANCER_TOKEN"
 
 // balancerOptions are the balancer's command-line flags.
 type balancerOptions struct {
-	cfg             balancer.Config
+	cfg             balancersvc.Config
 	tokensFile      string
 	listen          string
 	minShare        float64
@@ -98,7 +100,7 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 }
 
 // balancerTokens reads the balancer's --tokens file, if any.
-func balancerTokens(file string) ([]balancer.Token, error) {
+func balancerTokens(file string) ([]balancersvc.Token, error) {
 	if file == "" {
 		return nil, nil
 	}
@@ -106,7 +108,7 @@ func balancerTokens(file string) ([]balancer.Token, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--tokens: %w", err)
 	}
-	var ts []balancer.Token
+	var ts []balancersvc.Token
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&ts); err != nil && !errors.Is(err, io.EOF) {
@@ -177,7 +179,7 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		logger.Warn("the fleet token ($" + envBalancerToken + ") is still accepted for every region besides the --tokens; " +
 			"unset it once every gateway uses its region's token (sluice_balancer_fleet_token_calls_total stops rising)")
 	}
-	srv, err := balancer.New(o.cfg)
+	srv, err := balancersvc.New(o.cfg)
 	if err != nil {
 		return err
 	}
@@ -240,7 +242,7 @@ func shareConfig(opts gatewayOptions) (*share.Config, error) {
 // reports s's usage to it, until the returned stop function is called.
 func followBalancer(s *share.Store, opts gatewayOptions, logger *slog.Logger) (stop func(), err error) {
 	o := opts.Shares
-	c, err := balancer.NewClient(balancer.ClientConfig{URLs: o.URLs, Region: regionOf(opts), Gateway: gatewayName(opts), Store: s,
+	c, err := sharesync.New(sharesync.Config{URLs: o.URLs, Region: regionOf(opts), Gateway: gatewayName(opts), Store: s,
 		Token: os.Getenv(envBalancerToken),
 		// Polls answer well within the stale timeout, so that a live
 		// balancer keeps shares fresh however long it holds a poll.

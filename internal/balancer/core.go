@@ -147,6 +147,9 @@ type Taken struct {
 	Evicted int
 }
 
+// Config returns the Core's configuration, defaults filled in.
+func (c *Core) Config() CoreConfig { return c.cfg }
+
 // NewCore returns a Core for cfg.
 func NewCore(cfg CoreConfig) (*Core, error) {
 	if len(cfg.Regions) == 0 {

@@ -6,10 +6,13 @@
 // one limit adding up to at most the whole. Gateways fetch their region's
 // shares with a long poll and swap them into a share.Store.
 //
-// [Core] is the decision, with no I/O: reports and time go in, shares come
-// out. [Server] serves it over HTTP and runs the rebalance loop; [Client] is
-// the gateway's side. docs/regions.md describes the share rule, the default
-// split and what happens when the balancer or a region fails.
+// This package is the decision and the words both sides use: [Core], a
+// deterministic state machine (reports and time go in, shares come out, no
+// I/O and no clock), and the wire protocol ([Report], [Shares], the
+// paths). internal/balancersvc serves a Core over HTTP and runs the
+// rebalance loop; internal/sharesync is the gateway's side. docs/regions.md
+// describes the share rule, the default split and what happens when the
+// balancer or a region fails.
 package balancer
 
 import (
@@ -37,6 +40,11 @@ const (
 	// key, such as /v1/keys/k:abc.
 	KeyPath = "/v1/keys/"
 )
+
+// StandbyHeader is set to "1" on a standby's 503 answers: the client
+// should ask another balancer, while any other 503 (no shares yet) means
+// wait for this one.
+const StandbyHeader = "Sluice-Standby"
 
 // Report is what one gateway asked of its region's shares over one span.
 type Report struct {

@@ -1,4 +1,4 @@
-package balancer_test
+package balancersvc_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/sharesync"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
@@ -33,7 +35,7 @@ func TestPartitionedRegionBound(t *testing.T) {
 	)
 	regions := []string{"us", "eu", "ap"}
 	clk := limittest.NewClock(time.Now().Truncate(time.Millisecond)) // clients stamp reports by the real clock
-	srv, err := balancer.New(balancer.Config{Regions: regions, TrustedNetwork: true, Interval: time.Hour, DownAfter: downAfter,
+	srv, err := balancersvc.New(balancersvc.Config{Regions: regions, TrustedNetwork: true, Interval: time.Hour, DownAfter: downAfter,
 		MaxWait: 50 * time.Millisecond, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +49,7 @@ func TestPartitionedRegionBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{hs.URL}, Region: r, Gateway: r + "-poll", Store: st,
+		c, err := sharesync.New(sharesync.Config{URLs: []string{hs.URL}, Region: r, Gateway: r + "-poll", Store: st,
 			Interval: time.Hour, Wait: 50 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package balancer_test
+package balancersvc_test
 
 import (
 	"cmp"
@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/sharesync"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/share"
@@ -31,7 +33,7 @@ func startRegion(t *testing.T, ctx context.Context, wg *sync.WaitGroup, url, nam
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{url}, Region: name, Gateway: name + "-1", Store: st, Token: token,
+	c, err := sharesync.New(sharesync.Config{URLs: []string{url}, Region: name, Gateway: name + "-1", Store: st, Token: token,
 		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +46,7 @@ func startRegion(t *testing.T, ctx context.Context, wg *sync.WaitGroup, url, nam
 // of the goroutines a test starts (Run, clients); the test's cleanup
 // stops them.
 type harness struct {
-	srv *balancer.Server
+	srv *balancersvc.Server
 	url string
 	reg *prometheus.Registry
 	ctx context.Context
@@ -53,11 +55,11 @@ type harness struct {
 
 // serve starts a balancer of cfg over HTTP, with polls held at most
 // 200 ms and its metrics in h.reg; Run is not started.
-func serve(t *testing.T, cfg balancer.Config) *harness {
+func serve(t *testing.T, cfg balancersvc.Config) *harness {
 	t.Helper()
 	h := &harness{reg: prometheus.NewRegistry(), wg: &sync.WaitGroup{}}
 	cfg.Registerer, cfg.MaxWait = h.reg, cmp.Or(cfg.MaxWait, 200*time.Millisecond)
-	srv, err := balancer.New(cfg)
+	srv, err := balancersvc.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func getKey(t *testing.T, url, key string) (int, balancer.KeyShares) {
 // clients report real traffic through their share layers, and follows a
 // key's share from an even split to where its traffic is.
 func TestServerAndClients(t *testing.T) {
-	h := serve(t, balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond})
+	h := serve(t, balancersvc.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond})
 	if code, _ := getKey(t, h.url, "k:a"); code != http.StatusServiceUnavailable {
 		t.Errorf("before the first rebalance: got %d, want 503", code)
 	}
@@ -166,7 +168,7 @@ func TestServerAndClients(t *testing.T) {
 }
 
 func TestServerRefuses(t *testing.T) {
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, TrustedNetwork: true})
+	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, TrustedNetwork: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,15 +209,15 @@ func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
 // 503 while the primary answers, takes over once the primary has been gone
 // for DownAfter, and the gateways' client, given both, follows it.
 func TestStandbyTakesOver(t *testing.T) {
-	cfg := balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond}
-	primary, err := balancer.New(cfg)
+	cfg := balancersvc.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond}
+	primary, err := balancersvc.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ps := httptest.NewServer(primary.Handler())
 	defer ps.Close()
 	cfg.Primary = ps.URL
-	standby, err := balancer.New(cfg)
+	standby, err := balancersvc.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func TestStandbyTakesOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{ps.URL, ss.URL}, Region: "us", Gateway: "us-1", Store: st,
+	c, err := sharesync.New(sharesync.Config{URLs: []string{ps.URL, ss.URL}, Region: "us", Gateway: "us-1", Store: st,
 		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -258,10 +260,10 @@ func TestStandbyTakesOver(t *testing.T) {
 // start with no token unless told the network is trusted, and that a
 // client that has the token gets its shares.
 func TestToken(t *testing.T) {
-	if _, err := balancer.New(balancer.Config{Regions: []string{"us"}}); err == nil || !strings.Contains(err.Error(), "no token") {
+	if _, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}}); err == nil || !strings.Contains(err.Error(), "no token") {
 		t.Errorf("New without a token or TrustedNetwork: got error %v, want one saying there is no token", err)
 	}
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Token: "s3cret"})
+	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Token: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +296,7 @@ func TestToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{hs.URL}, Region: "us", Gateway: "us-1", Store: st, Token: "s3cret",
+	c, err := sharesync.New(sharesync.Config{URLs: []string{hs.URL}, Region: "us", Gateway: "us-1", Store: st, Token: "s3cret",
 		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -1,15 +1,13 @@
-package balancer_test
+package balancersvc_test
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
-	"github.com/sluice-rl/sluice/share"
+	"github.com/sluice-rl/sluice/internal/balancersvc"
 )
 
 // Credentials of the tests: one token per region, one bound to a single
@@ -30,7 +28,7 @@ const (
 	opsToken = "ops-token-0123456789"
 )
 
-var testTokens = []balancer.Token{
+var testTokens = []balancersvc.Token{
 	{Name: "us", Secret: usToken, Region: "us"},
 	{Name: "eu", Secret: euToken, Region: "eu"},
 	{Name: "eu-1", Secret: eu1Token, Region: "eu", Gateway: "eu-1"},
@@ -105,7 +103,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 // us's shares do not move.
 func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
 	var log logBuffer
-	h := serve(t, balancer.Config{Regions: []string{"us", "eu"}, Tokens: testTokens, Interval: 50 * time.Millisecond,
+	h := serve(t, balancersvc.Config{Regions: []string{"us", "eu"}, Tokens: testTokens, Interval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	h.run()
 	ctx, reg, wg, hs := h.ctx, h.reg, h.wg, struct{ URL string }{h.url}
@@ -125,20 +123,20 @@ func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
 		reason       string
 	}{
 		{"report as us's gateway, from the future", http.MethodPost, balancer.ReportPath, euToken,
-			balancer.Report{Region: "us", Gateway: "us-1", SpanMillis: 1000, SentMillis: far}, http.StatusForbidden, balancer.ReasonRegion},
+			balancer.Report{Region: "us", Gateway: "us-1", SpanMillis: 1000, SentMillis: far}, http.StatusForbidden, balancersvc.ReasonRegion},
 		{"a fake gateway of us claiming 10^15", http.MethodPost, balancer.ReportPath, euToken,
 			balancer.Report{Region: "us", Gateway: "us-9", SpanMillis: 1000, Total: 1e15,
-				Pairs: []balancer.PairReport{{Key: "k:busy", Limit: "s", Asked: 1e15}}}, http.StatusForbidden, balancer.ReasonRegion},
-		{"poll us's shares", http.MethodGet, balancer.SharesPath + "?region=us&wait=0s", euToken, nil, http.StatusForbidden, balancer.ReasonRegion},
-		{"look up the busy key", http.MethodGet, balancer.KeyPath + "k:busy", euToken, nil, http.StatusForbidden, balancer.ReasonRegion},
+				Pairs: []balancer.PairReport{{Key: "k:busy", Limit: "s", Asked: 1e15}}}, http.StatusForbidden, balancersvc.ReasonRegion},
+		{"poll us's shares", http.MethodGet, balancer.SharesPath + "?region=us&wait=0s", euToken, nil, http.StatusForbidden, balancersvc.ReasonRegion},
+		{"look up the busy key", http.MethodGet, balancer.KeyPath + "k:busy", euToken, nil, http.StatusForbidden, balancersvc.ReasonRegion},
 		{"report as eu's own gateway, from the future", http.MethodPost, balancer.ReportPath, euToken,
 			balancer.Report{Region: "eu", Gateway: "eu-1", SpanMillis: 1000, SentMillis: far}, http.StatusBadRequest, balancer.ReasonClock},
 		{"report as another eu gateway with eu-1's token", http.MethodPost, balancer.ReportPath, eu1Token,
-			balancer.Report{Region: "eu", Gateway: "eu-2", SpanMillis: 1000, Total: 1e6}, http.StatusForbidden, balancer.ReasonGateway},
+			balancer.Report{Region: "eu", Gateway: "eu-2", SpanMillis: 1000, Total: 1e6}, http.StatusForbidden, balancersvc.ReasonGateway},
 		{"an operator's token reports", http.MethodPost, balancer.ReportPath, opsToken,
-			balancer.Report{Region: "us", Gateway: "us-1", SpanMillis: 1000}, http.StatusForbidden, balancer.ReasonRegion},
+			balancer.Report{Region: "us", Gateway: "us-1", SpanMillis: 1000}, http.StatusForbidden, balancersvc.ReasonRegion},
 		{"no token", http.MethodPost, balancer.ReportPath, "",
-			balancer.Report{Region: "us", Gateway: "us-1", SpanMillis: 1000}, http.StatusUnauthorized, balancer.ReasonToken},
+			balancer.Report{Region: "us", Gateway: "us-1", SpanMillis: 1000}, http.StatusUnauthorized, balancersvc.ReasonToken},
 	}
 	for range 3 { // over several rebalances
 		for _, a := range attacks {
@@ -180,7 +178,7 @@ func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
 // Authorization scheme without regard to case (RFC 9110, section 11.1),
 // as the rules service does.
 func TestBearerSchemeCaseInsensitive(t *testing.T) {
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Token: "fleet-token", Tokens: testTokens[:1], MaxWait: time.Millisecond})
+	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, Token: "fleet-token", Tokens: testTokens[:1], MaxWait: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,83 +219,26 @@ func TestBearerSchemeCaseInsensitive(t *testing.T) {
 // do what they say.
 func TestTokensRefused(t *testing.T) {
 	tests := []struct {
-		tokens []balancer.Token
+		tokens []balancersvc.Token
 		want   string
 	}{
-		{[]balancer.Token{{Name: "a", Secret: "short", Region: "us"}}, "want at least 16"},
-		{[]balancer.Token{{Name: "a", Secret: usToken, Region: "mars"}}, `region "mars" is not one of`},
-		{[]balancer.Token{{Name: "a", Secret: usToken, Region: "us"}, {Name: "b", Secret: usToken, Region: "eu"}}, "also token a's"},
-		{[]balancer.Token{{Name: "a", Secret: "fleet-token-0123456789", Region: "us"}}, "also the fleet token's"},
-		{[]balancer.Token{{Name: "a", Secret: usToken, Gateway: "us-1"}}, "without a region"},
-		{[]balancer.Token{{Name: "", Secret: usToken, Region: "us"}}, "name"},
+		{[]balancersvc.Token{{Name: "a", Secret: "short", Region: "us"}}, "want at least 16"},
+		{[]balancersvc.Token{{Name: "a", Secret: usToken, Region: "mars"}}, `region "mars" is not one of`},
+		{[]balancersvc.Token{{Name: "a", Secret: usToken, Region: "us"}, {Name: "b", Secret: usToken, Region: "eu"}}, "also token a's"},
+		{[]balancersvc.Token{{Name: "a", Secret: "fleet-token-0123456789", Region: "us"}}, "also the fleet token's"},
+		{[]balancersvc.Token{{Name: "a", Secret: usToken, Gateway: "us-1"}}, "without a region"},
+		{[]balancersvc.Token{{Name: "", Secret: usToken, Region: "us"}}, "name"},
 	}
 	for _, tt := range tests {
-		_, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, Token: "fleet-token-0123456789", Tokens: tt.tokens})
+		_, err := balancersvc.New(balancersvc.Config{Regions: []string{"us", "eu"}, Token: "fleet-token-0123456789", Tokens: tt.tokens})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("tokens %+v: got error %v, want one containing %q", tt.tokens, err, tt.want)
 		}
 	}
 }
 
-// TestCoreClampsImplausibleReports checks that a report's counts are cut
-// to what one gateway can have seen, and that a report sent further ahead
-// of the balancer's clock than MaxSkew is refused.
-func TestCoreClampsImplausibleReports(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	c, err := balancer.NewCore(balancer.CoreConfig{Regions: []string{"us", "eu"}, MaxGatewayRate: 1000, MaxSkew: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair := func(asked int64) []balancer.PairReport {
-		return []balancer.PairReport{{Key: "k:a", Limit: "s", Asked: asked, Admitted: asked}}
-	}
-	tests := []struct {
-		name       string
-		rep        balancer.Report
-		clamped    []string
-		total, ask float64 // tokens a second the plan then counts
-	}{
-		{"plausible", balancer.Report{Region: "us", Gateway: "g1", SpanMillis: 10_000, Total: 5000, Pairs: pair(3000)}, nil, 500, 300},
-		{"above the gateway rate", balancer.Report{Region: "eu", Gateway: "g2", SpanMillis: 10_000, Total: 1e15, Pairs: pair(5e14)},
-			[]string{balancer.ReasonRate}, 1000, 500},
-		{"a pair above the total", balancer.Report{Region: "eu", Gateway: "g2", SpanMillis: 10_000, Total: 100, Pairs: pair(1e12)},
-			[]string{balancer.ReasonPair}, 10, 10},
-		{"both", balancer.Report{Region: "eu", Gateway: "g2", SpanMillis: 1000, Total: 1e9, Pairs: pair(1e15)},
-			[]string{balancer.ReasonRate, balancer.ReasonPair}, 1000, 1000},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tk, err := c.Report(now, tt.rep)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(tk.Clamped) != fmt.Sprint(tt.clamped) {
-				t.Errorf("got clamped %v, want %v", tk.Clamped, tt.clamped)
-			}
-			p := c.Rebalance(now)
-			i := map[string]int{"us": 0, "eu": 1}[tt.rep.Region]
-			if got := p.Totals[i]; got != tt.total {
-				t.Errorf("got %s's total %v a second, want %v", tt.rep.Region, got, tt.total)
-			}
-			if got := p.Pairs[share.Pair{Key: "k:a", Limit: "s"}].Demand[i]; got != tt.ask {
-				t.Errorf("got %s's demand for k:a %v a second, want %v", tt.rep.Region, got, tt.ask)
-			}
-		})
-	}
-	for _, tt := range []struct {
-		ahead time.Duration
-		ok    bool
-	}{{29 * time.Second, true}, {31 * time.Second, false}, {24 * time.Hour, false}, {-time.Hour, true}} {
-		_, err := c.Report(now, balancer.Report{Region: "us", Gateway: fmt.Sprint("skew", tt.ahead), SpanMillis: 1000, SentMillis: now.Add(tt.ahead).UnixMilli()})
-		var re *balancer.RefusedError
-		if refused := errors.As(err, &re) && re.Reason == balancer.ReasonClock; refused == tt.ok {
-			t.Errorf("a report sent %v ahead of the balancer's clock: got error %v, want refused %v", tt.ahead, err, !tt.ok)
-		}
-	}
-}
-
 // floodReport is one forged report of n pairs of distinct keys of keyLen
-// bytes.
+// bytes, as internal/balancer's flood tests make them.
 func floodReport(gateway string, n, keyLen int) balancer.Report {
 	rep := balancer.Report{Region: "us", Gateway: gateway, SpanMillis: 10_000, Total: 2e6, Pairs: make([]balancer.PairReport, n)}
 	prefix := "k:" + gateway + strings.Repeat("x", keyLen-2-len(gateway)-7)
@@ -305,66 +246,6 @@ func floodReport(gateway string, n, keyLen int) balancer.Report {
 		rep.Pairs[i] = balancer.PairReport{Key: fmt.Sprintf("%s%07d", prefix, i), Limit: "s", Asked: int64(1 + i%1000)}
 	}
 	return rep
-}
-
-// floodCore returns a Core fed the review's flood: 20 forged gateways, each
-// reporting 20000 pairs of 250-byte keys (about 125 MB as ReportBytes
-// counts them; the heap grew by 330 MB before the state had a bound). After
-// each report it calls check, if not nil.
-func floodCore(tb testing.TB, check func(g int, c *balancer.Core)) *balancer.Core {
-	c, err := balancer.NewCore(balancer.CoreConfig{Regions: []string{"us", "eu"}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	for g := range 20 {
-		if _, err := c.Report(now, floodReport(fmt.Sprintf("f%02d", g), balancer.MaxPairsPerReport, 250)); err != nil {
-			tb.Fatal(err)
-		}
-		if check != nil {
-			check(g, c)
-		}
-	}
-	return c
-}
-
-// TestStateBoundUnderFlood feeds the flood to a Core of the default
-// bound: the state it keeps must stay within DefaultMaxStateBytes, exactly
-// as counted, after every report; the heap must grow by no more than a
-// generous multiple of it; and a rebalance then balances at most MaxKeys
-// pairs, the busiest.
-func TestStateBoundUnderFlood(t *testing.T) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	c := floodCore(t, func(g int, c *balancer.Core) {
-		if got := c.StateBytes(); got > balancer.DefaultMaxStateBytes {
-			t.Fatalf("after report %d: state %d bytes, above the bound %d", g, got, balancer.DefaultMaxStateBytes)
-		}
-	})
-	start := time.Now()
-	p := c.Rebalance(time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC))
-	took := time.Since(start)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("flood: state %.1f MB as counted (bound %d MB); heap grew %.1f MB; a rebalance took %v and balanced %d pairs",
-		float64(c.StateBytes())/(1<<20), balancer.DefaultMaxStateBytes>>20, float64(grown)/(1<<20), took.Round(time.Millisecond), len(p.Pairs))
-	if grown > 3*balancer.DefaultMaxStateBytes {
-		t.Errorf("heap grew %d MB under the flood, want at most 3 times the %d MB bound", grown>>20, balancer.DefaultMaxStateBytes>>20)
-	}
-	if len(p.Pairs) != 10000 {
-		t.Errorf("a rebalance balanced %d pairs, want MaxKeys (10000)", len(p.Pairs))
-	}
-	// The busiest were kept: each gateway asked 1 to 1000 of its pairs
-	// over 10 s, 400 pairs of each count: the top 10000 asked at least 975.
-	for k, pp := range p.Pairs {
-		if pp.Demand[0] < 97.5 {
-			t.Errorf("kept %s with demand %v, want only the busiest", k.Key[:12], pp.Demand[0])
-			break
-		}
-	}
-	runtime.KeepAlive(c)
 }
 
 // logBuffer is a log destination safe for concurrent use.
@@ -392,7 +273,7 @@ func (l *logBuffer) String() string {
 func TestServerStateMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var log logBuffer
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us"}, Tokens: testTokens[:1], MaxStateBytes: 1 << 20, Registerer: reg,
+	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, Tokens: testTokens[:1], MaxStateBytes: 1 << 20, Registerer: reg,
 		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -421,16 +302,5 @@ func TestServerStateMetrics(t *testing.T) {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("the balancer's log lacks %s:\n%s", want, log.String())
 		}
-	}
-}
-
-// BenchmarkRebalanceFlood rebalances a state filled to its bound by the
-// flood (some 150000 distinct pairs, cut to MaxKeys).
-func BenchmarkRebalanceFlood(b *testing.B) {
-	c := floodCore(b, nil)
-	now := time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC)
-	b.ReportAllocs()
-	for b.Loop() {
-		c.Rebalance(now)
 	}
 }

@@ -1,4 +1,8 @@
-package balancer
+// Package sharesync is the gateway's side of the quota balancer
+// (internal/balancersvc): it keeps a share.Store's table of region shares
+// in step with the balancer through a long poll, and reports the store's
+// usage to it every interval. Nothing it does is on a request's path.
+package sharesync
 
 import (
 	"bytes"
@@ -17,12 +21,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/share"
 )
 
-// ClientConfig configures a Client. URLs, Region, Gateway and Store are
+// Config configures a Client. URLs, Region, Gateway and Store are
 // required; the zero value of every other field means its default.
-type ClientConfig struct {
+type Config struct {
 	// URLs are the balancer's base URLs, the active one first: the client
 	// moves to the next when the one it uses cannot be reached or answers
 	// as a standby, and so comes back round to the first.
@@ -49,7 +54,7 @@ type ClientConfig struct {
 	// HTTPClient makes the requests. Nil means a client without a total
 	// timeout; each call is bounded by Wait plus 10 seconds.
 	HTTPClient *http.Client
-	// Logger receives the client's log. Nil means slog.Default().
+	// Logger receives the client's log. Nil discards it.
 	Logger *slog.Logger
 }
 
@@ -58,14 +63,14 @@ type ClientConfig struct {
 // read the table in force, and a slow or absent balancer only delays the
 // next table. Run must be running for anything to change.
 type Client struct {
-	cfg  ClientConfig
+	cfg  Config
 	urls []*url.URL
 	log  *slog.Logger
 	cur  atomic.Int32 // index in urls of the balancer in use
 }
 
-// NewClient returns a Client for cfg.
-func NewClient(cfg ClientConfig) (*Client, error) {
+// New returns a Client for cfg.
+func New(cfg Config) (*Client, error) {
 	switch {
 	case len(cfg.URLs) == 0:
 		return nil, errors.New("balancer client: no balancer URL")
@@ -106,7 +111,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	c.log = cfg.Logger
 	if c.log == nil {
-		c.log = slog.Default()
+		c.log = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
 }
@@ -168,7 +173,7 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 		version = t.Version
 	}
 	q := url.Values{"region": {c.cfg.Region}, "after": {strconv.FormatInt(version, 10)}, "wait": {c.cfg.Wait.String()}}
-	pu := u.JoinPath(SharesPath)
+	pu := u.JoinPath(balancer.SharesPath)
 	pu.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pu.String(), nil)
 	if err != nil {
@@ -186,12 +191,12 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 		return nil
 	case http.StatusOK:
 	default:
-		if resp.Header.Get(StandbyHeader) != "" {
+		if resp.Header.Get(balancer.StandbyHeader) != "" {
 			return fmt.Errorf("poll: %s (%w)", describe(resp), errTryNext)
 		}
 		return fmt.Errorf("poll: %s", describe(resp))
 	}
-	var sh Shares
+	var sh balancer.Shares
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sh); err != nil {
 		return fmt.Errorf("poll: decode shares: %w", err)
 	}
@@ -253,10 +258,10 @@ func (c *Client) reportLoop(ctx context.Context) {
 // report sends the usage counted since the last report to u.
 func (c *Client) report(ctx context.Context, u *url.URL) error {
 	us := c.cfg.Store.Usage(c.cfg.Top)
-	rep := Report{Region: c.cfg.Region, Gateway: c.cfg.Gateway, SpanMillis: max(us.Span.Milliseconds(), 1), Total: us.Total,
+	rep := balancer.Report{Region: c.cfg.Region, Gateway: c.cfg.Gateway, SpanMillis: max(us.Span.Milliseconds(), 1), Total: us.Total,
 		SentMillis: time.Now().UnixMilli()}
 	for _, p := range us.Pairs {
-		rep.Pairs = append(rep.Pairs, PairReport{Key: p.Key, Limit: p.Limit, Asked: p.Asked, Admitted: p.Admitted})
+		rep.Pairs = append(rep.Pairs, balancer.PairReport{Key: p.Key, Limit: p.Limit, Asked: p.Asked, Admitted: p.Admitted})
 	}
 	if err := rep.Validate(); err != nil {
 		// A key the balancer would refuse (not UTF-8, too long) or too
@@ -264,9 +269,9 @@ func (c *Client) report(ctx context.Context, u *url.URL) error {
 		// (Usage lists them first) rather than send a report the
 		// balancer refuses whole.
 		rep.Pairs = validPairs(rep.Pairs)
-		if n := len(rep.Pairs); n > MaxPairsPerReport {
-			c.log.Warn("balancer report trimmed to the most pairs a report may carry", "pairs", n, "kept", MaxPairsPerReport)
-			rep.Pairs = rep.Pairs[:MaxPairsPerReport]
+		if n := len(rep.Pairs); n > balancer.MaxPairsPerReport {
+			c.log.Warn("balancer report trimmed to the most pairs a report may carry", "pairs", n, "kept", balancer.MaxPairsPerReport)
+			rep.Pairs = rep.Pairs[:balancer.MaxPairsPerReport]
 		}
 	}
 	body, err := json.Marshal(rep)
@@ -275,7 +280,7 @@ func (c *Client) report(ctx context.Context, u *url.URL) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Interval+10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.JoinPath(ReportPath).String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.JoinPath(balancer.ReportPath).String(), bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
@@ -299,10 +304,10 @@ func (c *Client) auth(req *http.Request) {
 }
 
 // validPairs returns the pairs of ps a report may carry.
-func validPairs(ps []PairReport) []PairReport {
+func validPairs(ps []balancer.PairReport) []balancer.PairReport {
 	out := ps[:0]
 	for _, p := range ps {
-		one := Report{Gateway: "x", SpanMillis: 1, Pairs: []PairReport{p}}
+		one := balancer.Report{Gateway: "x", SpanMillis: 1, Pairs: []balancer.PairReport{p}}
 		if one.Validate() == nil {
 			out = append(out, p)
 		}

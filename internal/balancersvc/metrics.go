@@ -1,4 +1,4 @@
-package balancer
+package balancersvc
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/share"
 )
 
@@ -69,7 +70,7 @@ func newMetrics(regions []string, reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) rebalanced(p *Plan, d time.Duration) {
+func (m *metrics) rebalanced(p *balancer.Plan, d time.Duration) {
 	if m == nil {
 		return
 	}
@@ -101,7 +102,7 @@ func (m *metrics) published(version int64) {
 	}
 }
 
-func (m *metrics) report(region string, tk Taken, state int64) {
+func (m *metrics) report(region string, tk balancer.Taken, state int64) {
 	if m == nil {
 		return
 	}

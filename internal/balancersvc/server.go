@@ -1,4 +1,4 @@
-package balancer
+package balancersvc
 
 import (
 	"cmp"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/share"
 )
 
@@ -87,7 +88,7 @@ type Config struct {
 	HTTPClient *http.Client
 	// Now returns the current time. Nil means time.Now.
 	Now func() time.Time
-	// Logger receives the balancer's log. Nil means slog.Default().
+	// Logger receives the balancer's log. Nil discards it.
 	Logger *slog.Logger
 	// Registerer receives the balancer's metrics. Nil registers none.
 	Registerer prometheus.Registerer
@@ -162,16 +163,16 @@ type Server struct {
 	lastLogged map[string]time.Time // guarded by logMu: when each reason was last logged
 
 	mu      sync.Mutex
-	core    *Core         // guarded by mu
-	cur     *published    // guarded by mu; nil until the first rebalance after the warm-up
-	changed chan struct{} // guarded by mu; closed and replaced when cur changes
+	core    *balancer.Core // guarded by mu
+	cur     *published     // guarded by mu; nil until the first rebalance after the warm-up
+	changed chan struct{}  // guarded by mu; closed and replaced when cur changes
 }
 
 // published is one version of every region's shares.
 type published struct {
 	version int64
-	plan    *Plan
-	bodies  map[string][]byte // region → its Shares as JSON
+	plan    *balancer.Plan
+	bodies  map[string][]byte // region → its balancer.Shares as JSON
 }
 
 // New returns a Server for cfg.
@@ -202,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Primary = strings.TrimSuffix(cfg.Primary, "/")
 	}
-	core, err := NewCore(CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
+	core, err := balancer.NewCore(balancer.CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
 		Hysteresis: cfg.Hysteresis, MaxGateways: cfg.MaxGateways, MaxSkew: cfg.MaxSkew, MaxGatewayRate: cfg.MaxGatewayRate,
 		MaxStateBytes: cfg.MaxStateBytes})
 	if err != nil {
@@ -212,7 +213,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.Interval}
@@ -321,11 +322,11 @@ func (s *Server) rebalanceLocked() {
 	// version its predecessor gave out, as long as clocks roughly agree.
 	version = max(version, now.UnixMilli())
 	for i, r := range plan.Regions {
-		sh := Shares{Version: version, Region: r, Default: plan.Defaults[i]}
+		sh := balancer.Shares{Version: version, Region: r, Default: plan.Defaults[i]}
 		for k, pp := range plan.Pairs {
-			sh.Shares = append(sh.Shares, PairShare{Key: k.Key, Limit: k.Limit, Share: pp.Shares[i]})
+			sh.Shares = append(sh.Shares, balancer.PairShare{Key: k.Key, Limit: k.Limit, Share: pp.Shares[i]})
 		}
-		slices.SortFunc(sh.Shares, func(a, b PairShare) int {
+		slices.SortFunc(sh.Shares, func(a, b balancer.PairShare) int {
 			return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit))
 		})
 		body, err := json.Marshal(sh)
@@ -348,7 +349,7 @@ func (s *Server) rebalanceLocked() {
 }
 
 // sameShares reports whether two plans give every region the same shares.
-func sameShares(a, b *Plan) bool {
+func sameShares(a, b *balancer.Plan) bool {
 	if !slices.Equal(a.Defaults, b.Defaults) || len(a.Pairs) != len(b.Pairs) {
 		return false
 	}
@@ -365,9 +366,9 @@ func sameShares(a, b *Plan) bool {
 // KeyPath and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+ReportPath, s.authorized(s.serveReport))
-	mux.HandleFunc("GET "+SharesPath, s.authorized(s.serveShares))
-	mux.HandleFunc("GET "+KeyPath+"{key...}", s.authorized(s.serveKey))
+	mux.HandleFunc("POST "+balancer.ReportPath, s.authorized(s.serveReport))
+	mux.HandleFunc("GET "+balancer.SharesPath, s.authorized(s.serveShares))
+	mux.HandleFunc("GET "+balancer.KeyPath+"{key...}", s.authorized(s.serveKey))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.active.Load() {
 			http.Error(w, "standby", http.StatusServiceUnavailable)
@@ -384,7 +385,7 @@ const (
 	ReasonToken   = "token"   // 401: no bearer token, or an unknown one
 	ReasonRegion  = "region"  // 403: the token is another region's (or an operator's)
 	ReasonGateway = "gateway" // 403: the token is another gateway's
-	ReasonSize    = "size"    // 413: the body is above MaxReportBytes
+	ReasonSize    = "size"    // 413: the body is above balancer.MaxReportBytes
 )
 
 // authorized passes a call to h with its credential, or refuses it (401)
@@ -438,7 +439,7 @@ func (c *credential) mayUse(region, gateway string) error {
 	case c.fleet:
 		return nil
 	case c.region == "":
-		return fmt.Errorf("token %s is an operator's: it reads %s only", c.name, KeyPath)
+		return fmt.Errorf("token %s is an operator's: it reads %s only", c.name, balancer.KeyPath)
 	case c.region != region:
 		return fmt.Errorf("token %s is region %q's, not %q's", c.name, c.region, region)
 	case gateway != "" && c.gateway != "" && c.gateway != gateway:
@@ -491,14 +492,9 @@ func fail(w http.ResponseWriter, status int, err error) {
 // StandbyHeader set.
 var errStandby = errors.New("standby balancer: the primary answers; ask it")
 
-// StandbyHeader is set to "1" on a standby's 503 answers: the client
-// should ask another balancer, while any other 503 (no shares yet) means
-// wait for this one.
-const StandbyHeader = "Sluice-Standby"
-
 // standby answers a gateway's call to a standby.
 func standby(w http.ResponseWriter) {
-	w.Header().Set(StandbyHeader, "1")
+	w.Header().Set(balancer.StandbyHeader, "1")
 	fail(w, http.StatusServiceUnavailable, errStandby)
 }
 
@@ -507,13 +503,13 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, c *credenti
 		standby(w)
 		return
 	}
-	var rep Report
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxReportBytes)).Decode(&rep); err != nil {
+	var rep balancer.Report
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, balancer.MaxReportBytes)).Decode(&rep); err != nil {
 		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
 			s.refuse(w, r, http.StatusRequestEntityTooLarge, c.region, ReasonSize, fmt.Errorf("report: body is larger than %d bytes", tooBig.Limit))
 			return
 		}
-		s.refuse(w, r, http.StatusBadRequest, c.region, ReasonInvalid, fmt.Errorf("report: decode: %w", err))
+		s.refuse(w, r, http.StatusBadRequest, c.region, balancer.ReasonInvalid, fmt.Errorf("report: decode: %w", err))
 		return
 	}
 	if err := c.mayUse(rep.Region, rep.Gateway); err != nil {
@@ -535,8 +531,8 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, c *credenti
 	state := s.core.StateBytes()
 	s.mu.Unlock()
 	if err != nil {
-		reason := ReasonInvalid
-		if re := (*RefusedError)(nil); errors.As(err, &re) {
+		reason := balancer.ReasonInvalid
+		if re := (*balancer.RefusedError)(nil); errors.As(err, &re) {
 			reason = re.Reason
 		}
 		s.refuse(w, r, http.StatusBadRequest, rep.Region, reason, err)
@@ -545,11 +541,11 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, c *credenti
 	s.metrics.report(rep.Region, tk, state)
 	if len(tk.Clamped) > 0 && s.sampled("clamped") {
 		s.log.Warn("balancer report clamped to what one gateway can have seen", "region", rep.Region, "gateway", rep.Gateway,
-			"bounds", tk.Clamped, "total", rep.Total, "span_ms", rep.SpanMillis, "max_gateway_rate", s.core.cfg.MaxGatewayRate, "token", c.name)
+			"bounds", tk.Clamped, "total", rep.Total, "span_ms", rep.SpanMillis, "max_gateway_rate", s.core.Config().MaxGatewayRate, "token", c.name)
 	}
 	if tk.Evicted > 0 && s.sampled("evicted") {
 		s.log.Warn("balancer state at its bound: the least busy pairs dropped", "evicted", tk.Evicted, "state_bytes", state,
-			"max_state_bytes", s.core.cfg.MaxStateBytes)
+			"max_state_bytes", s.core.Config().MaxStateBytes)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -627,13 +623,13 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, c *credential)
 	if !c.fleet && c.region != "" {
 		// A key's shares name every region's demand for a raw API key:
 		// an operator's business, not one region's gateways'.
-		s.refuse(w, r, http.StatusForbidden, c.region, ReasonRegion, fmt.Errorf("token %s is region %q's: %s needs an operator's token", c.name, c.region, KeyPath))
+		s.refuse(w, r, http.StatusForbidden, c.region, ReasonRegion, fmt.Errorf("token %s is region %q's: %s needs an operator's token", c.name, c.region, balancer.KeyPath))
 		return
 	}
 	key := r.PathValue("key")
 	s.mu.Lock()
 	cur := s.cur
-	var plan *Plan
+	var plan *balancer.Plan
 	if cur != nil {
 		plan = cur.plan
 	}
@@ -642,7 +638,7 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, c *credential)
 		fail(w, http.StatusServiceUnavailable, errors.New("shares: none yet: the balancer is gathering its first reports"))
 		return
 	}
-	ks := KeyShares{Key: key, Version: cur.version, Defaults: map[string]RegionShare{}, Up: map[string]bool{}}
+	ks := balancer.KeyShares{Key: key, Version: cur.version, Defaults: map[string]balancer.RegionShare{}, Up: map[string]bool{}}
 	for i, reg := range plan.Regions {
 		ks.Up[reg] = plan.Up[i]
 		ks.Defaults[reg] = regionShare(plan.Defaults[i], plan.Totals[i])
@@ -652,9 +648,9 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, c *credential)
 			continue
 		}
 		if ks.Limits == nil {
-			ks.Limits = map[string]map[string]RegionShare{}
+			ks.Limits = map[string]map[string]balancer.RegionShare{}
 		}
-		m := map[string]RegionShare{}
+		m := map[string]balancer.RegionShare{}
 		for i, reg := range plan.Regions {
 			m[reg] = regionShare(pp.Shares[i], pp.Demand[i])
 		}
@@ -667,6 +663,6 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, c *credential)
 	enc.Encode(ks)
 }
 
-func regionShare(sh uint32, demand float64) RegionShare {
-	return RegionShare{Share: sh, Fraction: float64(sh) / share.Whole, Demand: demand}
+func regionShare(sh uint32, demand float64) balancer.RegionShare {
+	return balancer.RegionShare{Share: sh, Fraction: float64(sh) / share.Whole, Demand: demand}
 }

@@ -1,4 +1,4 @@
-package balancer_test
+package balancersvc_test
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/sharesync"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/share"
@@ -47,7 +49,7 @@ func postReport(t *testing.T, url string, rep balancer.Report) int {
 // interval (an hour here).
 func TestReturningRegionKeepsItsShares(t *testing.T) {
 	clk := &manualClock{t: time.Now().Truncate(time.Second)} // the client stamps reports by the real clock
-	srv, err := balancer.New(balancer.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: time.Hour, DownAfter: 30 * time.Second,
+	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: time.Hour, DownAfter: 30 * time.Second,
 		MaxWait: 50 * time.Millisecond, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +93,7 @@ func TestReturningRegionKeepsItsShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{hs.URL}, Region: "eu", Gateway: "eu-1", Store: st,
+	c, err := sharesync.New(sharesync.Config{URLs: []string{hs.URL}, Region: "eu", Gateway: "eu-1", Store: st,
 		Interval: time.Hour, Wait: 50 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +164,7 @@ func TestClientTrimsReport(t *testing.T) {
 		}
 	}))
 	defer hs.Close()
-	c, err := balancer.NewClient(balancer.ClientConfig{URLs: []string{hs.URL}, Region: "us", Gateway: "us-1", Store: st,
+	c, err := sharesync.New(sharesync.Config{URLs: []string{hs.URL}, Region: "us", Gateway: "us-1", Store: st,
 		Top: n, Interval: time.Hour, Wait: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
