@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/internal/sharesync"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
@@ -50,7 +51,7 @@ func TestPartitionedRegionBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := sharesync.New(sharesync.Config{URLs: []string{hs.URL}, Region: r, Gateway: r + "-poll", Store: st,
-			Interval: time.Hour, Wait: 50 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+			Interval: time.Hour, Wait: 50 * time.Millisecond, Backoff: longpoll.Backoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/internal/sharesync"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
@@ -34,7 +35,7 @@ func startRegion(t *testing.T, ctx context.Context, wg *sync.WaitGroup, url, nam
 		t.Fatal(err)
 	}
 	c, err := sharesync.New(sharesync.Config{URLs: []string{url}, Region: name, Gateway: name + "-1", Store: st, Token: token,
-		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, Backoff: longpoll.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestStandbyTakesOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := sharesync.New(sharesync.Config{URLs: []string{ps.URL, ss.URL}, Region: "us", Gateway: "us-1", Store: st,
-		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, Backoff: longpoll.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ func TestToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := sharesync.New(sharesync.Config{URLs: []string{hs.URL}, Region: "us", Gateway: "us-1", Store: st, Token: "s3cret",
-		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+		Interval: 50 * time.Millisecond, Wait: 200 * time.Millisecond, Backoff: longpoll.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,19 +15,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -53,9 +52,9 @@ type Config struct {
 	// ReportInterval is how often decision counts are sent. Zero means 5
 	// seconds.
 	ReportInterval time.Duration
-	// MinBackoff and MaxBackoff bound the wait between failed polls, which
-	// doubles from the one to the other. Zero means 100 ms and 5 s.
-	MinBackoff, MaxBackoff time.Duration
+	// Backoff bounds the wait between failed polls, which doubles from
+	// its Min to its Max. Zero fields mean 100 ms and 5 s.
+	Backoff longpoll.Backoff
 	// HTTPClient makes the requests. Nil means a client without a total
 	// timeout; each poll is bounded by Wait plus 15 seconds.
 	HTTPClient *http.Client
@@ -98,9 +97,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("rulesync: URL is empty")
 	}
-	base, err := url.Parse(strings.TrimSuffix(cfg.URL, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("rulesync: URL %q: want an http or https URL with a host", cfg.URL)
+	base, err := longpoll.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("rulesync: %w", err)
 	}
 	if err := rulesapi.CheckGatewayID(cfg.Gateway); err != nil {
 		return nil, fmt.Errorf("rulesync: %w", err)
@@ -112,13 +111,11 @@ func New(cfg Config) (*Client, error) {
 	}
 	def(&cfg.Wait, 25*time.Second)
 	def(&cfg.ReportInterval, 5*time.Second)
-	def(&cfg.MinBackoff, 100*time.Millisecond)
-	def(&cfg.MaxBackoff, 5*time.Second)
-	switch {
-	case cfg.Wait < 0, cfg.ReportInterval < 0, cfg.MinBackoff < 0, cfg.MaxBackoff < 0:
+	if cfg.Wait < 0 || cfg.ReportInterval < 0 {
 		return nil, errors.New("rulesync: durations must not be negative")
-	case cfg.MaxBackoff < cfg.MinBackoff:
-		return nil, fmt.Errorf("rulesync: MaxBackoff %v is below MinBackoff %v", cfg.MaxBackoff, cfg.MinBackoff)
+	}
+	if err := cfg.Backoff.Check(); err != nil {
+		return nil, fmt.Errorf("rulesync: %w", err)
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
@@ -198,39 +195,26 @@ func (c *Client) Run(ctx context.Context) error {
 }
 
 func (c *Client) pollLoop(ctx context.Context) {
-	backoff := c.cfg.MinBackoff
 	held := 0 // answers in a row with the version already held
-	for ctx.Err() == nil {
+	c.cfg.Backoff.Loop(ctx, func(ctx context.Context) error {
 		err := c.pollOnce(ctx)
 		if err == nil {
-			backoff, held = c.cfg.MinBackoff, 0
-			continue
+			held = 0
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		// Jitter keeps a fleet that lost the service from coming back in
-		// step.
-		d := backoff/2 + rand.N(backoff/2+1)
+		return err
+	}, func(err error, wait time.Duration) {
 		if errors.Is(err, errHeld) {
 			// Not a failure, but no reason to ask again at once: a proxy
 			// or a service that does not hold polls would be asked
 			// without pause.
 			if held++; held == 1 {
-				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in", d)
+				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in", wait)
 			}
-		} else {
-			c.metrics.errors.Inc()
-			c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", d,
-				"version", c.version())
-		}
-		select {
-		case <-ctx.Done():
 			return
-		case <-time.After(d):
 		}
-		backoff = min(2*backoff, c.cfg.MaxBackoff)
-	}
+		c.metrics.errors.Inc()
+		c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", wait, "version", c.version())
+	})
 }
 
 func (c *Client) version() int64 {
@@ -252,19 +236,14 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
-	c.auth(req)
-	resp, err := c.cfg.HTTPClient.Do(req)
+	resp, err := longpoll.Do(c.cfg.HTTPClient, req, c.cfg.Token)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusNotModified:
+	if resp.StatusCode == http.StatusNotModified {
 		c.contact(resp.Header)
 		return nil
-	case http.StatusOK:
-	default:
-		return fmt.Errorf("poll: %s", describe(resp))
 	}
 	var sn rulesapi.Snapshot
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sn); err != nil {
@@ -376,25 +355,6 @@ func (c *Client) contact(h http.Header) {
 func (c *Client) setFleet(f rulesapi.Fleet) {
 	c.fleet.Store(&f)
 	c.metrics.fleet.Set(float64(f.Total))
-}
-
-func (c *Client) auth(req *http.Request) {
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	}
-}
-
-// describe summarizes an error response: its status and the service's
-// error message.
-func describe(resp *http.Response) string {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(b, &e) == nil && e.Error != "" {
-		return resp.Status + ": " + e.Error
-	}
-	return resp.Status
 }
 
 // cacheFile is what the cache file holds.

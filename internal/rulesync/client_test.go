@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesync"
@@ -161,8 +162,8 @@ func newClient(t *testing.T, url string, cfg rulesync.Config) *rulesync.Client {
 	if cfg.Wait == 0 {
 		cfg.Wait = time.Second
 	}
-	if cfg.MaxBackoff == 0 {
-		cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 50*time.Millisecond
+	if cfg.Backoff == (longpoll.Backoff{}) {
+		cfg.Backoff = longpoll.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
 	}
 	c, err := rulesync.New(cfg)
 	if err != nil {
@@ -199,7 +200,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"not http", rulesync.Config{URL: "ftp://x", Gateway: "g"}, "want an http or https URL"},
 		{"no gateway", rulesync.Config{URL: "http://x"}, "gateway ID is empty"},
 		{"gateway with space", rulesync.Config{URL: "http://x", Gateway: "a b"}, "printable ASCII"},
-		{"backoff upside down", rulesync.Config{URL: "http://x", Gateway: "g", MinBackoff: time.Second, MaxBackoff: time.Millisecond}, "below MinBackoff"},
+		{"backoff upside down", rulesync.Config{URL: "http://x", Gateway: "g", Backoff: longpoll.Backoff{Min: time.Second, Max: time.Millisecond}}, "below MinBackoff"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -284,7 +285,7 @@ func TestBacksOffWhenAnsweredWithTheVersionHeld(t *testing.T) {
 	f.mu.Lock()
 	f.sticky = true
 	f.mu.Unlock()
-	c := newClient(t, srv.URL, rulesync.Config{MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	c := newClient(t, srv.URL, rulesync.Config{Backoff: longpoll.Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
 	run(t, c)
 	waitFor(t, "version 5", func() bool { return versionOf(c) == 5 })
 	f.mu.Lock()

@@ -3,14 +3,13 @@ package rulesync
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/rules"
@@ -234,25 +233,9 @@ func (c *Client) report(ctx context.Context, vrs []rulesapi.VersionReport) error
 	if vrs == nil {
 		vrs = []rulesapi.VersionReport{}
 	}
-	body, err := json.Marshal(rulesapi.Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs})
-	if err != nil {
+	rep := rulesapi.Report{Gateway: c.cfg.Gateway, Region: c.cfg.Region, Versions: vrs}
+	if err := longpoll.Post(ctx, c.cfg.HTTPClient, c.base.JoinPath(rulesapi.ReportPath).String(), c.cfg.Token, rep, 10*time.Second); err != nil {
 		return fmt.Errorf("report: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(rulesapi.ReportPath).String(), bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	c.auth(req)
-	resp, err := c.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("report: %s", describe(resp))
 	}
 	return nil
 }

@@ -5,23 +5,21 @@
 package sharesync
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/share"
 )
 
@@ -48,9 +46,9 @@ type Config struct {
 	// Wait is how long the balancer may hold a poll. Zero means 25
 	// seconds.
 	Wait time.Duration
-	// MinBackoff and MaxBackoff bound the wait between failed polls. Zero
-	// means 100 ms and 5 s.
-	MinBackoff, MaxBackoff time.Duration
+	// Backoff bounds the wait between failed polls, which doubles from
+	// its Min to its Max. Zero fields mean 100 ms and 5 s.
+	Backoff longpoll.Backoff
 	// HTTPClient makes the requests. Nil means a client without a total
 	// timeout; each call is bounded by Wait plus 10 seconds.
 	HTTPClient *http.Client
@@ -80,14 +78,17 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("balancer client: gateway ID is empty")
 	case cfg.Store == nil:
 		return nil, errors.New("balancer client: share store is nil")
-	case cfg.Interval < 0 || cfg.Wait < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 || cfg.Top < 0:
+	case cfg.Interval < 0 || cfg.Wait < 0 || cfg.Top < 0:
 		return nil, errors.New("balancer client: durations and Top must not be negative")
+	}
+	if err := cfg.Backoff.Check(); err != nil {
+		return nil, fmt.Errorf("balancer client: %w", err)
 	}
 	c := &Client{cfg: cfg}
 	for _, s := range cfg.URLs {
-		u, err := url.Parse(strings.TrimSuffix(s, "/"))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("balancer client: URL %q: want an http or https URL with a host", s)
+		u, err := longpoll.ParseURL(s)
+		if err != nil {
+			return nil, fmt.Errorf("balancer client: %w", err)
 		}
 		c.urls = append(c.urls, u)
 	}
@@ -98,11 +99,6 @@ func New(cfg Config) (*Client, error) {
 	}
 	def(&c.cfg.Interval, 10*time.Second)
 	def(&c.cfg.Wait, 25*time.Second)
-	def(&c.cfg.MinBackoff, 100*time.Millisecond)
-	def(&c.cfg.MaxBackoff, 5*time.Second)
-	if c.cfg.MaxBackoff < c.cfg.MinBackoff {
-		return nil, fmt.Errorf("balancer client: MaxBackoff %v is below MinBackoff %v", c.cfg.MaxBackoff, c.cfg.MinBackoff)
-	}
 	if c.cfg.Top == 0 {
 		c.cfg.Top = 100
 	}
@@ -138,30 +134,17 @@ func (c *Client) failed(u *url.URL) {
 }
 
 func (c *Client) pollLoop(ctx context.Context) {
-	backoff := c.cfg.MinBackoff
-	for ctx.Err() == nil {
-		u := c.base()
-		err := c.pollOnce(ctx, u)
-		if err == nil {
-			backoff = c.cfg.MinBackoff
-			continue
-		}
-		if ctx.Err() != nil {
-			return
-		}
+	var u *url.URL // the balancer of the poll in progress
+	c.cfg.Backoff.Loop(ctx, func(ctx context.Context) error {
+		u = c.base()
+		return c.pollOnce(ctx, u)
+	}, func(err error, wait time.Duration) {
 		if errors.Is(err, errTryNext) {
 			c.failed(u)
 		}
-		d := backoff/2 + rand.N(backoff/2+1)
 		c.log.Warn("balancer poll failed; keeping the current region shares", "balancer", u.String(), "err", err,
-			"retry_in", d, "share_age", c.cfg.Store.Age().String())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
-		backoff = min(2*backoff, c.cfg.MaxBackoff)
-	}
+			"retry_in", wait, "share_age", c.cfg.Store.Age().String())
+	})
 }
 
 // pollOnce asks u for the shares after the ones in force and swaps them in.
@@ -179,22 +162,18 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
-	c.auth(req)
-	resp, err := c.cfg.HTTPClient.Do(req)
-	if err != nil {
+	resp, err := longpoll.Do(c.cfg.HTTPClient, req, c.cfg.Token)
+	if se, ok := errors.AsType[*longpoll.StatusError](err); err != nil && (!ok || se.Header.Get(balancer.StandbyHeader) != "") {
+		// Unreachable, or a standby: another balancer may answer.
 		return fmt.Errorf("poll: %w (%w)", err, errTryNext)
 	}
+	if err != nil {
+		return fmt.Errorf("poll: %w", err)
+	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusNotModified:
+	if resp.StatusCode == http.StatusNotModified {
 		c.cfg.Store.Touch()
 		return nil
-	case http.StatusOK:
-	default:
-		if resp.Header.Get(balancer.StandbyHeader) != "" {
-			return fmt.Errorf("poll: %s (%w)", describe(resp), errTryNext)
-		}
-		return fmt.Errorf("poll: %s", describe(resp))
 	}
 	var sh balancer.Shares
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sh); err != nil {
@@ -274,33 +253,10 @@ func (c *Client) report(ctx context.Context, u *url.URL) error {
 			rep.Pairs = rep.Pairs[:balancer.MaxPairsPerReport]
 		}
 	}
-	body, err := json.Marshal(rep)
-	if err != nil {
+	if err := longpoll.Post(ctx, c.cfg.HTTPClient, u.JoinPath(balancer.ReportPath).String(), c.cfg.Token, rep, c.cfg.Interval+10*time.Second); err != nil {
 		return fmt.Errorf("report: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Interval+10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.JoinPath(balancer.ReportPath).String(), bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	c.auth(req)
-	resp, err := c.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("report: %s", describe(resp))
 	}
 	return nil
-}
-
-func (c *Client) auth(req *http.Request) {
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	}
 }
 
 // validPairs returns the pairs of ps a report may carry.
@@ -313,17 +269,4 @@ func validPairs(ps []balancer.PairReport) []balancer.PairReport {
 		}
 	}
 	return out
-}
-
-// describe summarizes an error answer: its status and the balancer's
-// message.
-func describe(resp *http.Response) string {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return fmt.Sprintf("%s: %s", resp.Status, e.Error)
-	}
-	return resp.Status
 }
