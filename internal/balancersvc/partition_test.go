@@ -36,8 +36,7 @@ func TestPartitionedRegionBound(t *testing.T) {
 	)
 	regions := []string{"us", "eu", "ap"}
 	clk := limittest.NewClock(time.Now().Truncate(time.Millisecond)) // clients stamp reports by the real clock
-	srv, err := balancersvc.New(balancersvc.Config{Regions: regions, TrustedNetwork: true, Interval: time.Hour, DownAfter: downAfter,
-		MaxWait: 50 * time.Millisecond, Now: clk.Now})
+	srv, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: regions, DownAfter: downAfter}, TrustedNetwork: true, Interval: time.Hour, MaxWait: 50 * time.Millisecond, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,8 +48,7 @@ func postReport(t *testing.T, url string, rep balancer.Report) int {
 // interval (an hour here).
 func TestReturningRegionKeepsItsShares(t *testing.T) {
 	clk := &manualClock{t: time.Now().Truncate(time.Second)} // the client stamps reports by the real clock
-	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: time.Hour, DownAfter: 30 * time.Second,
-		MaxWait: 50 * time.Millisecond, Now: clk.Now})
+	srv, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us", "eu"}, DownAfter: 30 * time.Second}, TrustedNetwork: true, Interval: time.Hour, MaxWait: 50 * time.Millisecond, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

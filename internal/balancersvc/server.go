@@ -28,27 +28,13 @@ import (
 // Config configures a Server. Regions is required; the zero value of every
 // other field means its default.
 type Config struct {
-	// Regions names every region that shares the limits.
-	Regions []string
+	// CoreConfig is how shares are decided. Its DownAfter, zero, means
+	// three Intervals here; it is also how long a standby waits for its
+	// primary.
+	balancer.CoreConfig
 	// Interval is how often shares are recomputed; gateways should report
 	// as often. Zero means 10 seconds.
 	Interval time.Duration
-	// DownAfter is how long a region may go without a report before its
-	// shares go to the others. Zero means three intervals.
-	DownAfter time.Duration
-	// MinShare is the least share of a limit a region that is up gets, in
-	// parts per million. Zero means 50000 (5%).
-	MinShare uint32
-	// MaxKeys bounds how many limits of keys are balanced. Zero means
-	// 10000.
-	MaxKeys int
-	// Hysteresis is how far, in parts per million, a region's share of a
-	// limit must move before the limit's shares change. Zero means 10000
-	// (1%).
-	Hysteresis uint32
-	// MaxGateways bounds how many gateways of one region are counted.
-	// Zero means 1024.
-	MaxGateways int
 	// MaxWait bounds how long a poll is held. Zero means 30 seconds.
 	MaxWait time.Duration
 	// Primary, if set, makes this server a standby of the balancer at that
@@ -73,16 +59,6 @@ type Config struct {
 	// nothing but gateways and operators reaches the balancer. It has no
 	// effect when Token or Tokens is set.
 	TrustedNetwork bool
-	// MaxSkew bounds how far ahead of the balancer's clock a report's
-	// SentMillis may be. Zero means 30 seconds.
-	MaxSkew time.Duration
-	// MaxGatewayRate bounds the tokens a second one gateway's report may
-	// claim (CoreConfig.MaxGatewayRate). Zero means
-	// DefaultMaxGatewayRate.
-	MaxGatewayRate float64
-	// MaxStateBytes bounds the reports kept (CoreConfig.MaxStateBytes).
-	// Zero means DefaultMaxStateBytes.
-	MaxStateBytes int64
 	// HTTPClient checks the primary. Nil means a client with a timeout of
 	// one interval.
 	HTTPClient *http.Client
@@ -203,9 +179,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Primary = strings.TrimSuffix(cfg.Primary, "/")
 	}
-	core, err := balancer.NewCore(balancer.CoreConfig{Regions: cfg.Regions, MinShare: cfg.MinShare, DownAfter: cfg.DownAfter, MaxKeys: cfg.MaxKeys,
-		Hysteresis: cfg.Hysteresis, MaxGateways: cfg.MaxGateways, MaxSkew: cfg.MaxSkew, MaxGatewayRate: cfg.MaxGatewayRate,
-		MaxStateBytes: cfg.MaxStateBytes})
+	core, err := balancer.NewCore(cfg.CoreConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -124,7 +124,7 @@ func getKey(t *testing.T, url, key string) (int, balancer.KeyShares) {
 // clients report real traffic through their share layers, and follows a
 // key's share from an even split to where its traffic is.
 func TestServerAndClients(t *testing.T) {
-	h := serve(t, balancersvc.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond})
+	h := serve(t, balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us", "eu"}}, TrustedNetwork: true, Interval: 50 * time.Millisecond})
 	if code, _ := getKey(t, h.url, "k:a"); code != http.StatusServiceUnavailable {
 		t.Errorf("before the first rebalance: got %d, want 503", code)
 	}
@@ -169,7 +169,7 @@ func TestServerAndClients(t *testing.T) {
 }
 
 func TestServerRefuses(t *testing.T) {
-	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, TrustedNetwork: true})
+	srv, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us"}}, TrustedNetwork: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
 // 503 while the primary answers, takes over once the primary has been gone
 // for DownAfter, and the gateways' client, given both, follows it.
 func TestStandbyTakesOver(t *testing.T) {
-	cfg := balancersvc.Config{Regions: []string{"us", "eu"}, TrustedNetwork: true, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond}
+	cfg := balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us", "eu"}}, TrustedNetwork: true, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond}
 	primary, err := balancersvc.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -261,10 +261,10 @@ func TestStandbyTakesOver(t *testing.T) {
 // start with no token unless told the network is trusted, and that a
 // client that has the token gets its shares.
 func TestToken(t *testing.T) {
-	if _, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}}); err == nil || !strings.Contains(err.Error(), "no token") {
+	if _, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us"}}}); err == nil || !strings.Contains(err.Error(), "no token") {
 		t.Errorf("New without a token or TrustedNetwork: got error %v, want one saying there is no token", err)
 	}
-	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Token: "s3cret"})
+	srv, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us"}}, Interval: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Token: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,8 +103,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 // us's shares do not move.
 func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
 	var log logBuffer
-	h := serve(t, balancersvc.Config{Regions: []string{"us", "eu"}, Tokens: testTokens, Interval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	h := serve(t, balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us", "eu"}}, Tokens: testTokens, Interval: 50 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	h.run()
 	ctx, reg, wg, hs := h.ctx, h.reg, h.wg, struct{ URL string }{h.url}
 	us := startRegion(t, ctx, wg, hs.URL, "us", usToken).store
@@ -178,7 +177,7 @@ func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
 // Authorization scheme without regard to case (RFC 9110, section 11.1),
 // as the rules service does.
 func TestBearerSchemeCaseInsensitive(t *testing.T) {
-	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, Token: "fleet-token", Tokens: testTokens[:1], MaxWait: time.Millisecond})
+	srv, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us"}}, Token: "fleet-token", Tokens: testTokens[:1], MaxWait: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +229,7 @@ func TestTokensRefused(t *testing.T) {
 		{[]balancersvc.Token{{Name: "", Secret: usToken, Region: "us"}}, "name"},
 	}
 	for _, tt := range tests {
-		_, err := balancersvc.New(balancersvc.Config{Regions: []string{"us", "eu"}, Token: "fleet-token-0123456789", Tokens: tt.tokens})
+		_, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us", "eu"}}, Token: "fleet-token-0123456789", Tokens: tt.tokens})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("tokens %+v: got error %v, want one containing %q", tt.tokens, err, tt.want)
 		}
@@ -273,8 +272,7 @@ func (l *logBuffer) String() string {
 func TestServerStateMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var log logBuffer
-	srv, err := balancersvc.New(balancersvc.Config{Regions: []string{"us"}, Tokens: testTokens[:1], MaxStateBytes: 1 << 20, Registerer: reg,
-		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	srv, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us"}, MaxStateBytes: 1 << 20}, Tokens: testTokens[:1], Registerer: reg, Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
