@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/internal/sharesync"
 	"github.com/sluice-rl/sluice/share"
 )
@@ -250,14 +251,9 @@ func followBalancer(s *share.Store, opts gatewayOptions, logger *slog.Logger) (s
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Run(ctx)
-	}()
+	stop = process.Go(c.Run)
 	logger.Info("enforcing this region's share of every limit", "region", regionOf(opts), "regions", o.Regions, "balancer", o.URLs)
-	return func() { cancel(); <-done }, nil
+	return stop, nil
 }
 
 // regionOf returns the gateway's region: --region, else $SLUICE_REGION.

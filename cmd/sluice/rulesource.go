@@ -50,14 +50,8 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 		}
 		logger.LogAttrs(ctx, slog.LevelInfo, "rules loaded; SIGHUP or a change of the file reloads them",
 			slog.String("file", opts.Rules), slog.String("hash", f.Current().Hash))
-		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		hangup := process.Hangups(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			f.run(runCtx, hangup)
-		}()
-		return f, func() { cancel(); <-done }, nil
+		return f, process.Go(func(ctx context.Context) { f.run(ctx, hangup) }), nil
 	}
 	set, err := rules.Parse(defaultRulesName, defaultRules)
 	if err != nil {
@@ -84,16 +78,7 @@ func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logg
 	if err != nil {
 		return nil, nil, fmt.Errorf("--rules-url: %w", err)
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Run(runCtx)
-	}()
-	stop := func() {
-		cancel()
-		<-done
-	}
+	stop := process.Go(func(ctx context.Context) { c.Run(ctx) })
 	timer := time.NewTimer(rulesStartTimeout)
 	defer timer.Stop()
 	select {

@@ -77,6 +77,23 @@ func OnHangup(ctx context.Context, f func()) (stop func()) {
 	return each(Hangups(ctx), f)
 }
 
+// Go runs f in a goroutine of its own until stop is called: stop cancels
+// f's context and returns once f has. The context is a fresh one, not the
+// command's: what Go runs is stopped by its owner, in order, not by the
+// signal that begins the drain.
+func Go(f func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // each calls f for every value c receives, in a goroutine of its own,
 // until stop is called; stop returns once f no longer runs.
 func each[T any](c <-chan T, f func()) (stop func()) {

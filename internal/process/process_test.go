@@ -87,3 +87,17 @@ func TestMetricsPprof(t *testing.T) {
 		srv.Close()
 	}
 }
+
+func TestGo(t *testing.T) {
+	started, ended := make(chan struct{}), false
+	stop := process.Go(func(ctx context.Context) {
+		close(started)
+		<-ctx.Done()
+		ended = true
+	})
+	<-started
+	stop()
+	if !ended {
+		t.Error("stop returned before f did")
+	}
+}
