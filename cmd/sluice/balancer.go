@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
@@ -34,13 +32,11 @@ const envBalancerToken = "SLUICE_BALANCER_TOKEN"
 
 // balancerOptions are the balancer's command-line flags.
 type balancerOptions struct {
-	cfg             balancersvc.Config
-	tokensFile      string
-	listen          string
-	minShare        float64
-	shutdownTimeout time.Duration
-	logLevel        slog.Level
-	pprof           bool // serve /debug/pprof/ on listen
+	cfg        balancersvc.Config
+	tokensFile string
+	listen     string
+	minShare   float64
+	runFlags
 }
 
 // regionsFlag parses a comma-separated list of region names into *p.
@@ -66,7 +62,7 @@ func regionsFlag(p *[]string) func(string) error {
 }
 
 func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error) {
-	o := balancerOptions{listen: "127.0.0.1:8082", minShare: 0.05, shutdownTimeout: 10 * time.Second}
+	o := balancerOptions{listen: "127.0.0.1:8082", minShare: 0.05}
 	c := &o.cfg
 	fs := newFlagSet("balancer", "--regions A,B,C [flags]", stderr,
 		"Runs the quota balancer: gateways of every region report their busiest keys,",
@@ -91,9 +87,7 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 	fs.Float64Var(&c.MaxGatewayRate, "max-gateway-rate", balancer.DefaultMaxGatewayRate, "most `tokens` a second one gateway's report may claim, every key included; a report above it is scaled down to it")
 	fs.DurationVar(&c.MaxSkew, "max-clock-skew", 30*time.Second, "how far ahead of the balancer's clock a report may say it was sent; a report further ahead is refused")
 	fs.BoolVar(&c.TrustedNetwork, "trusted-network", false, "serve /v1 without $"+envBalancerToken+": only for a network where nothing but gateways and operators reaches the balancer (it shows API keys)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
-	addPprofFlag(fs, &o.pprof, "--listen")
-	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -159,12 +153,10 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// A zero share means the default; a --min-share of 0 asks for none.
 	o.cfg.MinShare = max(uint32(o.minShare*share.Whole), 1)
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector()} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
+	logger := o.logger(stderr)
+	reg, err := newRegistry()
+	if err != nil {
+		return err
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
 	switch o.cfg.Token = os.Getenv(envBalancerToken); {
@@ -186,7 +178,7 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// Run answers the held polls when ctx is done, so shutdown need not
 	// wait out the poll timeout.
-	return serveService(ctx, "balancer", "balancer", o.listen, srv.Handler(), srv.Run, reg, o.pprof, logger, stdout, o.shutdownTimeout,
+	return serveService(ctx, "balancer", "balancer", o.listen, srv.Handler(), srv.Run, reg, o.runFlags, logger, stdout,
 		"regions", o.cfg.Regions, "interval", o.cfg.Interval.String(), "standby_of", o.cfg.Primary)
 }
 

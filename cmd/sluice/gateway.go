@@ -14,9 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/internal/rulesync"
@@ -26,31 +23,29 @@ import (
 
 // gatewayOptions are the gateway's command-line flags.
 type gatewayOptions struct {
-	Listen          string
-	Upstream        string // empty: the built-in answer
-	Rules           string // a rules file
-	RulesURL        string // the rules service
-	RulesCache      string // where the last snapshot from RulesURL is kept
-	GatewayID       string // this gateway's name to the rules service; empty: $SLUICE_GATEWAY_ID, else host and PID
-	Region          string // this gateway's region, for the fleet count per region; empty: $SLUICE_REGION
-	Redis           redisstore.Config
-	MetricsListen   string
-	Pprof           bool // serve /debug/pprof/ on MetricsListen
-	TrustedProxies  []netip.Prefix
-	UnknownKeys     bool // --unknown-keys-as-address
-	StoreTimeout    time.Duration
-	ReadTimeout     time.Duration // of a whole request, body included
-	ShutdownTimeout time.Duration
-	LogLevel        slog.Level
-	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
-	Shares          shareOptions    // this region's share of global limits, from the quota balancer
-	UpstreamConns   upstreamFlags   // how --upstream is reached: pool, timeouts, TLS
+	Listen         string
+	Upstream       string // empty: the built-in answer
+	Rules          string // a rules file
+	RulesURL       string // the rules service
+	RulesCache     string // where the last snapshot from RulesURL is kept
+	GatewayID      string // this gateway's name to the rules service; empty: $SLUICE_GATEWAY_ID, else host and PID
+	Region         string // this gateway's region, for the fleet count per region; empty: $SLUICE_REGION
+	Redis          redisstore.Config
+	MetricsListen  string
+	TrustedProxies []netip.Prefix
+	UnknownKeys    bool // --unknown-keys-as-address
+	StoreTimeout   time.Duration
+	ReadTimeout    time.Duration // of a whole request, body included
+	runFlags
+	Pipeline      pipeline.Config // the decision stack, but Redis addresses, logger and metrics
+	Shares        shareOptions    // this region's share of global limits, from the quota balancer
+	UpstreamConns upstreamFlags   // how --upstream is reached: pool, timeouts, TLS
 }
 
 // parseGatewayFlags reads the gateway's flags. Errors are usageErrors: the
 // flag set has printed them.
 func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) {
-	opts := gatewayOptions{Listen: defaultListen, ReadTimeout: process.DefaultReadTimeout, ShutdownTimeout: defaultShutdownTimeout}
+	opts := gatewayOptions{Listen: defaultListen, ReadTimeout: process.DefaultReadTimeout}
 	fs := newFlagSet("gateway", "[flags]", stderr,
 		"Runs the rate-limiting gateway. With no flags: the built-in demo rules, an",
 		"in-process store and a built-in answer on "+defaultListen+".",
@@ -65,7 +60,6 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.StringVar(&opts.Region, "region", "", "`region` this gateway serves, for the rules service's fleet count; empty means $"+envRegion)
 	redis := addRedisFlags(fs)
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "`address` to serve /metrics, /healthz and /readyz on; empty serves no metrics")
-	addPprofFlag(fs, &opts.Pprof, "--metrics-listen")
 	fs.Func("trusted-proxy", "`CIDR`s, comma-separated, of proxies whose X-Forwarded-For is believed", func(s string) error {
 		opts.TrustedProxies = nil
 		for c := range strings.SplitSeq(s, ",") {
@@ -87,8 +81,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.BoolVar(&opts.UnknownKeys, "unknown-keys-as-address", false, "limit a request whose API key is not in the rules' key directory by its client address, as if it had no key; for directories that list every valid key")
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); with --redis it must exceed --redis-timeout; 0 for none")
 	fs.DurationVar(&opts.ReadTimeout, "read-timeout", opts.ReadTimeout, "how long a client may take to send a whole request, body included; 0 for no bound")
-	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
-	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	addRunFlags(fs, &opts.runFlags, defaultShutdownTimeout, "--metrics-listen")
 	addPipelineFlags(fs, &opts.Pipeline)
 	registerShareFlags(fs, &opts.Shares)
 	if err := parseFlags(fs, args); err != nil {
@@ -131,7 +124,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkStoreTimeout(opts); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
+	logger := opts.logger(stderr)
 
 	next, err := upstreamHandler(opts.Upstream, &opts.UpstreamConns, logger)
 	if err != nil {
@@ -144,15 +137,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// Last of all, after the requests in flight: their decisions go in the
 	// rules client's last report.
 	defer stopRules()
-	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
-		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfoCollector(),
-	} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
+	reg, err := newRegistry()
+	if err != nil {
+		return err
 	}
 	// The API's requests in flight. Shutdown stops accepting, waits for
 	// them, and only then closes the pipeline (leases, guard, Redis);

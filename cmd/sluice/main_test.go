@@ -93,7 +93,7 @@ func TestGatewayFlagDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := gatewayOptions{Listen: "127.0.0.1:8080", ReadTimeout: time.Minute, ShutdownTimeout: defaultShutdownTimeout,
+	want := gatewayOptions{Listen: "127.0.0.1:8080", ReadTimeout: time.Minute, runFlags: runFlags{ShutdownTimeout: defaultShutdownTimeout},
 		Pipeline: pipeline.Config{Timeout: 5 * time.Millisecond, MaxQueue: time.Second, TripAfter: 5, Pause: 2 * time.Second, Slack: 2},
 		Shares:   shareOptions{Interval: 10 * time.Second, Stale: 5 * time.Minute},
 		UpstreamConns: upstreamFlags{idleConns: 256, dial: 5 * time.Second, tlsHandshake: 5 * time.Second,

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -27,33 +25,30 @@ import (
 
 // rlsOptions are the flags of sluice rls.
 type rlsOptions struct {
-	Listen          string // gRPC
-	HTTPListen      string // JSON endpoint, /metrics, /healthz; empty: none
-	Pprof           bool   // serve /debug/pprof/ on HTTPListen
-	Config          string
-	ReloadEvery     time.Duration
-	Redis           redisstore.Config
-	Reflection      bool
-	MaxConnAge      time.Duration // 0: connections live as long as the client keeps them
-	ShadowMode      bool
-	NearLimitRatio  float64
-	ShutdownTimeout time.Duration
-	LogLevel        slog.Level
-	Pipeline        pipeline.Config // the decision stack, but Redis addresses, logger and metrics
+	Listen         string // gRPC
+	HTTPListen     string // JSON endpoint, /metrics, /healthz; empty: none
+	Config         string
+	ReloadEvery    time.Duration
+	Redis          redisstore.Config
+	Reflection     bool
+	MaxConnAge     time.Duration // 0: connections live as long as the client keeps them
+	ShadowMode     bool
+	NearLimitRatio float64
+	runFlags
+	Pipeline pipeline.Config // the decision stack, but Redis addresses, logger and metrics
 }
 
 // defaultRLSListen is the port envoyproxy/ratelimit serves gRPC on.
 const defaultRLSListen = "127.0.0.1:8081"
 
 func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
-	opts := rlsOptions{Listen: defaultRLSListen, ReloadEvery: time.Second, ShutdownTimeout: defaultShutdownTimeout}
+	opts := rlsOptions{Listen: defaultRLSListen, ReloadEvery: time.Second}
 	fs := newFlagSet("rls", "--config DIR|FILE [flags]", stderr,
 		"Serves Envoy's rate limit service (envoy.service.ratelimit.v3) from",
 		"envoyproxy/ratelimit's YAML configuration. See docs/envoy.md.",
 	)
 	fs.StringVar(&opts.Listen, "listen", opts.Listen, "`address` to serve gRPC on: the rate limit service and gRPC health checking")
 	fs.StringVar(&opts.HTTPListen, "http-listen", "", "`address` to serve the JSON endpoint (POST /json), /metrics, /healthz and /readyz on; empty serves none")
-	addPprofFlag(fs, &opts.Pprof, "--http-listen")
 	fs.StringVar(&opts.Config, "config", "", "envoyproxy/ratelimit configuration: a YAML `file`, or a directory of them (one domain each)")
 	fs.DurationVar(&opts.ReloadEvery, "reload-every", opts.ReloadEvery, "how often to look for configuration changes")
 	redis := addRedisFlags(fs)
@@ -61,8 +56,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	fs.BoolVar(&opts.ShadowMode, "shadow-mode", false, "answer OK to every request, counting those that would have been OVER_LIMIT (envoyproxy/ratelimit's SHADOW_MODE)")
 	fs.Float64Var(&opts.NearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which hits count as near the limit (sluice_rls_near_limit_total), above 0 and below 1")
 	fs.DurationVar(&opts.MaxConnAge, "max-connection-age", 0, "close each gRPC connection (with GOAWAY, calls in flight finishing) after about this long, so Envoy reconnects and spreads over new instances; 0 for never")
-	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "how long to let calls in flight finish after SIGTERM or SIGINT")
-	fs.TextVar(&opts.LogLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	addRunFlags(fs, &opts.runFlags, defaultShutdownTimeout, "--http-listen")
 	addPipelineFlags(fs, &opts.Pipeline)
 	fs.Lookup("gateways").Usage = "`number` of rls instances sharing these limits (in this region), for leases and the local fallback; 0 means 1, with a warning"
 	if err := parseFlags(fs, args); err != nil {
@@ -92,16 +86,14 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if opts.Pprof && opts.HTTPListen == "" {
 		return fmt.Errorf("--pprof needs --http-listen: the profiles are served beside /metrics only")
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
+	logger := opts.logger(stderr)
 	watcher, err := rls.Watch(opts.Config, logger)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector()} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
+	reg, err := newRegistry()
+	if err != nil {
+		return err
 	}
 	// The gateway's decision stack: leases over the guard over Redis, or
 	// the process's memory.

@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/rulesvc"
@@ -29,16 +26,14 @@ const (
 
 // rulesOptions are the rules service's command-line flags.
 type rulesOptions struct {
-	cfg             rulesvc.Config
-	listen          string
-	tokensFile      string
-	shutdownTimeout time.Duration
-	logLevel        slog.Level
-	pprof           bool // serve /debug/pprof/ on listen
+	cfg        rulesvc.Config
+	listen     string
+	tokensFile string
+	runFlags
 }
 
 func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
-	o := rulesOptions{listen: "127.0.0.1:8083", shutdownTimeout: 10 * time.Second}
+	o := rulesOptions{listen: "127.0.0.1:8083"}
 	c := &o.cfg
 	fs := newFlagSet("rules", "--postgres DSN [flags]", stderr,
 		"Runs the rules service: the admin API under /admin/v1, the gateways' snapshot",
@@ -77,9 +72,7 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.IntVar(&c.Canary.MinGateways, "canary-min-gateways", 3, "distinct gateways, canaries and the rest together, that must report before refusal rates are compared")
 	fs.Float64Var(&c.MaxGatewayRate, "max-gateway-rate", 100_000, "most requests a second one gateway can decide: a report claiming more since the gateway's previous one is refused")
 	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long to let requests in flight finish after SIGTERM or SIGINT")
-	addPprofFlag(fs, &o.pprof, "--listen")
-	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the JSON logs on stderr: debug, info, warn or error")
+	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
 	err := parseFlags(fs, args)
 	return o, err
 }
@@ -121,12 +114,10 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.cfg.Tokens, err = rulesTokens(o.tokensFile); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector()} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
+	logger := o.logger(stderr)
+	reg, err := newRegistry()
+	if err != nil {
+		return err
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
 	roles := map[rulesvc.Role]bool{}
@@ -144,6 +135,6 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer svc.Close()
 	// Run ends the waiting long polls when ctx is done, which lets the
 	// server shut down without waiting out the poll timeout.
-	return serveService(ctx, "rules", "rules service", o.listen, svc.Handler(), svc.Run, reg, o.pprof, logger, stdout, o.shutdownTimeout,
+	return serveService(ctx, "rules", "rules service", o.listen, svc.Handler(), svc.Run, reg, o.runFlags, logger, stdout,
 		"schema", o.cfg.Schema)
 }
