@@ -7,6 +7,7 @@ package longpoll
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,20 +32,12 @@ type Backoff struct {
 	Min, Max time.Duration
 }
 
-// withDefaults returns b with its zero fields set, or an error naming the
-// bound that is negative or out of order.
+// withDefaults returns b with its zero fields set, and whether its
+// bounds are in order.
 func (b Backoff) withDefaults() (Backoff, error) {
-	if b.Min == 0 {
-		b.Min = DefaultMinBackoff
-	}
-	if b.Max == 0 {
-		b.Max = DefaultMaxBackoff
-	}
-	switch {
-	case b.Min < 0 || b.Max < 0:
-		return b, fmt.Errorf("backoff %v to %v: must not be negative", b.Min, b.Max)
-	case b.Max < b.Min:
-		return b, fmt.Errorf("MaxBackoff %v is below MinBackoff %v", b.Max, b.Min)
+	b.Min, b.Max = cmp.Or(b.Min, DefaultMinBackoff), cmp.Or(b.Max, DefaultMaxBackoff)
+	if b.Min < 0 || b.Max < b.Min {
+		return b, fmt.Errorf("backoff from %v to %v: want MinBackoff positive and MaxBackoff not below it", b.Min, b.Max)
 	}
 	return b, nil
 }

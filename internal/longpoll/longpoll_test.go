@@ -77,9 +77,9 @@ func TestBackoffCheck(t *testing.T) {
 	}{
 		{longpoll.Backoff{}, ""},
 		{longpoll.Backoff{Min: time.Second}, ""}, // Max defaults to 5s
-		{longpoll.Backoff{Min: time.Second, Max: time.Millisecond}, "MaxBackoff 1ms is below MinBackoff 1s"},
-		{longpoll.Backoff{Min: -1}, "must not be negative"},
-		{longpoll.Backoff{Min: 10 * time.Second}, "MaxBackoff 5s is below MinBackoff 10s"},
+		{longpoll.Backoff{Min: time.Second, Max: time.Millisecond}, "backoff from 1s to 1ms"},
+		{longpoll.Backoff{Min: -1}, "want MinBackoff positive"},
+		{longpoll.Backoff{Min: 10 * time.Second}, "backoff from 10s to 5s"},
 	} {
 		err := c.b.Check()
 		if (err == nil) != (c.wantErr == "") || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {

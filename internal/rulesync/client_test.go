@@ -200,7 +200,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"not http", rulesync.Config{URL: "ftp://x", Gateway: "g"}, "want an http or https URL"},
 		{"no gateway", rulesync.Config{URL: "http://x"}, "gateway ID is empty"},
 		{"gateway with space", rulesync.Config{URL: "http://x", Gateway: "a b"}, "printable ASCII"},
-		{"backoff upside down", rulesync.Config{URL: "http://x", Gateway: "g", Backoff: longpoll.Backoff{Min: time.Second, Max: time.Millisecond}}, "below MinBackoff"},
+		{"backoff upside down", rulesync.Config{URL: "http://x", Gateway: "g", Backoff: longpoll.Backoff{Min: time.Second, Max: time.Millisecond}}, "MaxBackoff not below it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
