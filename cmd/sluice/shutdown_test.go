@@ -160,6 +160,8 @@ func TestSIGTERMLogsTheDrain(t *testing.T) {
 	}{
 		{[]string{"gateway", "--listen", "127.0.0.1:0", "--shutdown-timeout", "7s"}, "gateway stopped"},
 		{[]string{"balancer", "--listen", "127.0.0.1:0", "--regions", "us,eu", "--trusted-network", "--shutdown-timeout", "7s"}, ""},
+		{[]string{"rls", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--config", writeFile(t, "rls.yaml", rlsConfig),
+			"--shutdown-timeout", "7s"}, "rls stopped"},
 	} {
 		t.Run(c.args[0], func(t *testing.T) {
 			p := sluice.Start(t, c.args...)
