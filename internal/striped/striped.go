@@ -14,7 +14,8 @@ import (
 // use as long as each Stripe's map is used under that stripe's lock.
 type Map[K comparable, V any] struct {
 	seed    maphash.Seed
-	stripes []Stripe[K, V]
+	stripes []Stripe[K, V] // a power of two of them
+	mask    uint64         // len(stripes) - 1
 }
 
 // Stripe is one lock and the part of the map it guards.
@@ -26,9 +27,14 @@ type Stripe[K comparable, V any] struct {
 	swept   int64 // when it was last swept (the caller's clock); guarded by mu
 }
 
-// New returns an empty Map of n stripes (at least 1).
+// New returns an empty Map of at least n stripes: n rounded up to a power
+// of two, so that picking one is a mask, not a division.
 func New[K comparable, V any](n int) *Map[K, V] {
-	m := &Map[K, V]{seed: maphash.MakeSeed(), stripes: make([]Stripe[K, V], max(n, 1))}
+	size := 1
+	for size < n {
+		size *= 2
+	}
+	m := &Map[K, V]{seed: maphash.MakeSeed(), stripes: make([]Stripe[K, V], size), mask: uint64(size - 1)}
 	for i := range m.stripes {
 		m.stripes[i].M = make(map[K]V)
 	}
@@ -40,7 +46,7 @@ func New[K comparable, V any](n int) *Map[K, V] {
 func (m *Map[K, V]) Hash(key string) uint64 { return maphash.String(m.seed, key) }
 
 // At returns the stripe of a key whose Hash is h.
-func (m *Map[K, V]) At(h uint64) *Stripe[K, V] { return &m.stripes[h%uint64(len(m.stripes))] }
+func (m *Map[K, V]) At(h uint64) *Stripe[K, V] { return &m.stripes[h&m.mask] }
 
 // Of returns the stripe that holds key, or in a map keyed by something
 // else, the entries filed under key.
