@@ -58,15 +58,20 @@ func (s *Store) RefreshNodes(ctx context.Context) error {
 
 // readNodes is RefreshNodes through l.
 func (s *Store) readNodes(ctx context.Context, l *link) error {
-	t := &topology{}
 	if l.client.Mode() != rueidis.ClientModeCluster {
-		t.addrs = s.seeds[:1]
-		for i := range t.owner {
-			t.owner[i] = 1
+		// One node: the standalone server, or the primary the Sentinels
+		// name now, which a failover changes.
+		node := s.seeds[0]
+		for addr := range l.client.Nodes() {
+			node = addr
 		}
-		s.topo.Store(t)
+		if old := s.topo.Load(); old != nil && len(old.addrs) == 1 && old.addrs[0] != node && l.client.Mode() == rueidis.ClientModeSentinel {
+			s.log.Info("redis primary changed", "from", old.addrs[0], "to", node)
+		}
+		s.topo.Store(unknownTopology(node))
 		return nil
 	}
+	t := &topology{}
 	resp := l.client.Do(ctx, l.client.B().ClusterSlots().Build())
 	if err := resp.Error(); err != nil {
 		return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", classify(err), err)
