@@ -41,6 +41,7 @@ type wires struct {
 
 // nodeWires is one node's open connections and dials in progress.
 type nodeWires struct {
+	writes  atomic.Int64 // Write calls on its connections, for benchmarks
 	mu      sync.Mutex
 	conns   map[*wire]struct{}    // guarded by mu
 	dialing map[*attempt]struct{} // guarded by mu
@@ -169,6 +170,7 @@ func (c *wire) Write(p []byte) (int, error) {
 	// request, so a read that follows always clears this mark. Marked
 	// after, a writer held up past its syscall could set it once the reply
 	// had already been read, and an idle connection would owe forever.
+	c.node.writes.Add(1)
 	if len(p) > 0 {
 		mark := c.read.Load()
 		if c.owedSince.CompareAndSwap(0, monotonic()) {
