@@ -64,7 +64,7 @@ func (s *Store) unknownNode() string { return strings.Join(s.seeds, ",") }
 
 // unknownTopology is a slot map that gives every slot to node.
 func unknownTopology(node string) *topology {
-	t := &topology{addrs: []string{node}}
+	t := &topology{addrs: []string{node}, one: true}
 	for i := range t.owner {
 		t.owner[i] = 1
 	}

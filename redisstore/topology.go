@@ -15,6 +15,7 @@ import (
 type topology struct {
 	addrs []string
 	owner [slots]uint16 // index into addrs plus one; 0 for a slot nobody serves
+	one   bool          // every slot is addrs[0]'s: a standalone server or a Sentinel's primary
 }
 
 // NodeAddr returns the address of the primary that served slot when the

@@ -12,8 +12,15 @@ import (
 
 // Node names the Redis node that holds key's limits: the address of the
 // primary serving its slot, as NodeAddr(Slot(key)) says. It does no I/O. A
-// per-node circuit breaker (guard) keys its breakers by it.
-func (s *Store) Node(key string) string { return s.NodeAddr(Slot(key)) }
+// per-node circuit breaker (guard) keys its breakers by it. Off a cluster
+// (and before the store has connected) there is one node, and Node names
+// it without computing the key's slot.
+func (s *Store) Node(key string) string {
+	if t := s.topo.Load(); t.one {
+		return t.addrs[0]
+	}
+	return s.NodeAddr(Slot(key))
+}
 
 // Stalled reports whether node (an address, as Node names it) has stopped
 // answering: a connection to it has owed replies for at least d and
