@@ -51,21 +51,19 @@ const manySlots = 16
 
 // slot is one limit's state. A limit is the same one while its name,
 // algorithm, period, unit and shadow mark stay: the fields of
-// limit.BucketID, which says why.
+// limit.BucketID, which says why. A shadow limit's state is apart from an
+// enforced one's.
 type slot struct {
-	name    string
-	shadow  bool // a shadow limit's state, apart from an enforced one's
-	alg     limit.Algorithm
-	period  time.Duration
-	unit    int64
-	state   limit.State
-	expires int64
-	// lim is the valid limit that last wrote the state, and p, burst and
-	// capacity its period in ms, its burst and a full token bucket's
-	// credits: a request with this very limit is taken without validating
-	// or compiling it again.
+	// lim is the valid limit that last wrote the state, alg and unit its
+	// algorithm and GCRA unit, and p, burst and capacity its period in ms,
+	// its burst and a full token bucket's credits: a request with this
+	// very limit is taken without validating or compiling it again.
 	lim                limit.Limit
+	alg                limit.Algorithm
+	unit               int64
 	p, burst, capacity int64
+	state              limit.State
+	expires            int64
 }
 
 var _ limit.Store = (*Store)(nil)
@@ -128,7 +126,7 @@ func (s *Store) takeKnown(now int64, req *limit.Request) (d limit.Decision, ok b
 			break
 		}
 	}
-	if sl == nil || sl.alg != limit.TokenBucket || sl.shadow {
+	if sl == nil || sl.alg != limit.TokenBucket || l.Shadow {
 		return d, false
 	}
 	// limit.Evaluate's token bucket and limit.Decide of its one outcome,
@@ -250,7 +248,7 @@ func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool) li
 			o := &outs[i]
 			exp := now + o.TTL
 			if idx[i] < 0 {
-				e.slots = append(e.slots, slot{name: l.Name, shadow: l.Shadow, alg: l.Alg(), period: l.Period, unit: l.Unit()})
+				e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
 				idx[i] = len(e.slots) - 1
 				if e.byName != nil {
 					e.byName[l.Name] = idx[i]
@@ -277,14 +275,14 @@ func (e *entry) find(l *limit.Limit) int {
 		if !ok {
 			return -1
 		}
-		if sl := &e.slots[i]; sl.shadow == l.Shadow && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
+		if sl := &e.slots[i]; sl.lim.Shadow == l.Shadow && sl.alg == alg && sl.lim.Period == l.Period && sl.unit == unit {
 			return i
 		}
 		// A slot of the same name that counts differently: look for one
 		// that counts the same, as below.
 	}
 	for i := range e.slots {
-		if sl := &e.slots[i]; sl.name == l.Name && sl.shadow == l.Shadow && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
+		if sl := &e.slots[i]; sl.lim.Name == l.Name && sl.lim.Shadow == l.Shadow && sl.alg == alg && sl.lim.Period == l.Period && sl.unit == unit {
 			return i
 		}
 	}
@@ -307,7 +305,7 @@ func (e *entry) compact(now int64) {
 	if len(live) >= manySlots/2 {
 		e.byName = make(map[string]int, len(live))
 		for i := range live {
-			e.byName[live[i].name] = i
+			e.byName[live[i].lim.Name] = i
 		}
 	}
 	e.compactAt = 2 * max(len(live), manySlots/2)
