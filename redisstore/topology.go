@@ -21,7 +21,8 @@ type topology struct {
 // NodeAddr returns the address of the primary that served slot when the
 // store last read the cluster's slot map (when it connected, then at each
 // RefreshNodes), or "" if no node served it then. On a standalone server
-// every slot is that server's. Before the store has connected, every slot
+// every slot is that server's; under Sentinel, the primary's the Sentinels
+// named at the last read. Before the store has connected, every slot
 // is on one unknown node, named by the seed addresses joined with commas. It does no I/O, so a per-node circuit
 // breaker may call it on every request: NodeAddr(Slot(key)).
 //
@@ -46,9 +47,9 @@ func (s *Store) NodeAddrs() []string {
 }
 
 // RefreshNodes reads the cluster's slot map again (CLUSTER SLOTS, from any
-// node) for NodeAddr. On a standalone server there is nothing to read, and
-// neither before the store has connected: it reads the map when it
-// connects.
+// node), or under Sentinel which primary the client follows, for NodeAddr.
+// On a standalone server there is nothing to read, and neither before the
+// store has connected: it reads the map when it connects.
 func (s *Store) RefreshNodes(ctx context.Context) error {
 	l := s.link.Load()
 	if l == nil {
