@@ -42,3 +42,27 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		}
 	}
 }
+
+// A request's own time (limit.Request.At) is the time it is taken at, on
+// either path, ahead of the store's clock.
+func TestRequestTime(t *testing.T) {
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := New(Config{Now: func() time.Time { return start }})
+	l := []limit.Limit{{Name: "s", Count: 1, Period: time.Second}}
+	for i, tt := range []struct {
+		at   time.Time
+		want bool
+	}{
+		{time.Time{}, true},                        // the store's clock: start
+		{time.Time{}, false},                       // still start: empty
+		{start.Add(999 * time.Millisecond), false}, // not yet refilled
+		{start.Add(time.Second), true},             // refilled at the request's time
+		{start.Add(2 * time.Second), true},         // and again
+		{time.Time{}, false},                       // the store's clock is behind: nothing back
+	} {
+		d, err := s.Take(context.Background(), &limit.Request{Key: "k", Limits: l, At: tt.at})
+		if err != nil || d.Allowed != tt.want {
+			t.Errorf("take %d at %v: allowed %v (error %v), want %v", i+1, tt.at, d.Allowed, err, tt.want)
+		}
+	}
+}
