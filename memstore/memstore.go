@@ -18,8 +18,8 @@ type Config struct {
 	// than time.Now and never steps back. Tests pass a fake clock here.
 	// A request's own time (limit.Request.At) comes first.
 	Now func() time.Time
-	// Shards is how many independently locked maps hold the keys. Zero
-	// means 64.
+	// Shards is how many independently locked maps hold the keys, rounded
+	// up to a power of two. Zero means 64.
 	Shards int
 }
 
