@@ -1,12 +1,11 @@
 package gateway
 
 import (
-	"hash/maphash"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/rulesapi"
+	"github.com/sluice-rl/sluice/internal/striped"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -30,55 +29,39 @@ const (
 // flood of distinct keys therefore costs at most samplerKeys lines an
 // interval and a bounded map, never more.
 type sampler struct {
-	every  int64 // ms
-	seed   maphash.Seed
-	shards [samplerShards]samplerShard
-}
-
-type samplerShard struct {
-	mu    sync.Mutex
-	last  map[string]int64 // key → when its last line went out (Unix ms); guarded by mu
-	swept int64            // when the map was last swept (Unix ms); guarded by mu
+	every  int64                       // ms
+	shards *striped.Map[string, int64] // key → when its last line went out (Unix ms)
 }
 
 func newSampler(every time.Duration) *sampler {
-	s := &sampler{every: every.Milliseconds(), seed: maphash.MakeSeed()}
-	for i := range s.shards {
-		s.shards[i].last = map[string]int64{}
-	}
-	return s
+	return &sampler{every: every.Milliseconds(), shards: striped.New[string, int64](samplerShards)}
 }
 
 // allow reports whether key may have a line at now (Unix ms), and if so
 // counts it.
 func (s *sampler) allow(key string, now int64) bool {
-	sh := &s.shards[maphash.String(s.seed, key)%samplerShards]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if t, ok := sh.last[key]; ok {
+	sh := s.shards.Of(key)
+	sh.Lock()
+	defer sh.Unlock()
+	if t, ok := sh.M[key]; ok {
 		// A clock that went back lets the key through rather than
 		// silencing it until the clock catches up.
 		if d := now - t; d >= 0 && d < s.every {
 			return false
 		}
-		sh.last[key] = now
+		sh.M[key] = now
 		return true
 	}
-	if len(sh.last) >= samplerPerShard {
-		if d := now - sh.swept; d >= 0 && d < s.every {
+	if len(sh.M) >= samplerPerShard {
+		if sh.SweptWithin(now, s.every) {
 			return false
 		}
-		for k, t := range sh.last {
-			if d := now - t; d < 0 || d >= s.every {
-				delete(sh.last, k)
-			}
-		}
-		sh.swept = now
-		if len(sh.last) >= samplerPerShard {
+		sh.Sweep(now, func(_ string, t int64) bool { d := now - t; return d < 0 || d >= s.every })
+		if len(sh.M) >= samplerPerShard {
 			return false
 		}
 	}
-	sh.last[key] = now
+	sh.M[key] = now
 	return true
 }
 

@@ -41,8 +41,8 @@ func TestSamplerMemoryIsBounded(t *testing.T) {
 	if allowed > samplerKeys || allowed < samplerKeys/2 {
 		t.Errorf("%d distinct keys at one instant: %d lines, want at most %d and most of them", 10*samplerKeys, allowed, samplerKeys)
 	}
-	for i := range s.shards {
-		if n := len(s.shards[i].last); n > samplerPerShard {
+	for i := range s.shards.Stripes() {
+		if n := len(s.shards.Stripes()[i].M); n > samplerPerShard {
 			t.Errorf("shard %d holds %d keys, want at most %d", i, n, samplerPerShard)
 		}
 	}

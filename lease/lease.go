@@ -36,7 +36,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math"
 	"slices"
@@ -46,6 +45,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/striped"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -90,8 +90,8 @@ type Store struct {
 	log       *slog.Logger
 	metrics   *metrics
 
-	seed   maphash.Seed
-	shards []shard
+	// shards holds the entries by lease ID, striped by key.
+	shards *striped.Map[string, *entry]
 	demand []slot // requests per key hash, lock-free: who is quiet
 
 	ctx    context.Context // refills run under it; Close cancels it
@@ -99,13 +99,6 @@ type Store struct {
 	mu     sync.Mutex
 	closed bool           // guarded by mu
 	wg     sync.WaitGroup // refills in flight; Add under mu while !closed
-}
-
-type shard struct {
-	mu      sync.Mutex
-	entries map[string]*entry // guarded by mu
-	touches int               // lookups since the last sweep; guarded by mu
-	swept   int64             // when it was last swept (Unix ms); guarded by mu
 }
 
 // entry is one key's book and the lock that guards it.
@@ -137,7 +130,7 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 		ttl:       orDefault(cfg.TTL, time.Second).Milliseconds(),
 		idle:      orDefault(cfg.Idle, 5*time.Second).Milliseconds(),
 		now:       cfg.Now, log: cfg.Logger,
-		seed: maphash.MakeSeed(), shards: make([]shard, shardCount),
+		shards: striped.New[string, *entry](shardCount),
 		demand: make([]slot, demandSlots),
 	}
 	s.window = s.lookahead.Milliseconds()
@@ -146,9 +139,6 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
-	}
-	for i := range s.shards {
-		s.shards[i].entries = map[string]*entry{}
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -190,7 +180,7 @@ func (s *Store) Close() {
 // asking.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	now := s.now().UnixMilli()
-	h := maphash.String(s.seed, req.Key)
+	h := s.shards.Hash(req.Key)
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
 	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
@@ -453,10 +443,10 @@ func (s *Store) fleetSize() int {
 func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, prev uint64) *entry {
 	var buf [128]byte
 	id := appendID(buf[:0], req)
-	sh := &s.shards[h%shardCount]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.entries[string(id)]
+	sh := s.shards.At(h)
+	sh.Lock()
+	defer sh.Unlock()
+	e := sh.M[string(id)]
 	if e == nil {
 		e = &entry{slot: sl}
 		e.b.lastUsed = now
@@ -464,33 +454,28 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 		// held cur-1 and the last one prev.
 		e.b.window = now - now%s.window
 		e.b.cur, e.b.prev = int64(cur)-1, int64(prev)
-		sh.entries[string(id)] = e
+		sh.M[string(id)] = e
 		sl.entries.Add(1)
 	}
-	sh.touches++
-	if sh.touches > len(sh.entries)+64 || now-sh.swept >= s.idle {
-		sh.sweep(now-s.idle, e)
-		sh.swept = now
+	if sh.Due(now, s.idle) {
+		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now-s.idle, e) })
 	}
 	return e
 }
 
-// sweep drops entries last used before cutoff, except keep and those with a
-// batch in flight.
-func (sh *shard) sweep(cutoff int64, keep *entry) {
-	for id, e := range sh.entries {
-		if e == keep {
-			continue
-		}
-		e.mu.Lock()
-		idle := e.b.lastUsed < cutoff && !e.b.fetching && e.b.asking == nil
-		e.mu.Unlock()
-		if idle {
-			delete(sh.entries, id)
-			e.slot.entries.Add(-1)
-		}
+// drop reports whether a sweep drops e: last used before cutoff, not keep
+// and with no batch in flight. A dropped entry leaves its demand slot.
+func (e *entry) drop(cutoff int64, keep *entry) bool {
+	if e == keep {
+		return false
 	}
-	sh.touches = 0
+	e.mu.Lock()
+	idle := e.b.lastUsed < cutoff && !e.b.fetching && e.b.asking == nil
+	e.mu.Unlock()
+	if idle {
+		e.slot.entries.Add(-1)
+	}
+	return idle
 }
 
 // appendID appends what identifies req's lease: the key and every limit's
@@ -521,11 +506,5 @@ func appendID(b []byte, req *limit.Request) []byte {
 // Len reports how many keys' entries the store holds, for tests and
 // metrics.
 func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		s.shards[i].mu.Lock()
-		n += len(s.shards[i].entries)
-		s.shards[i].mu.Unlock()
-	}
-	return n
+	return s.shards.Len()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -496,10 +495,10 @@ func TestNewRejects(t *testing.T) {
 func (s *Store) held(req *limit.Request) int64 {
 	var buf [128]byte
 	id := appendID(buf[:0], req)
-	sh := &s.shards[maphash.String(s.seed, req.Key)%shardCount]
-	sh.mu.Lock()
-	e := sh.entries[string(id)]
-	sh.mu.Unlock()
+	sh := s.shards.Of(req.Key)
+	sh.Lock()
+	e := sh.M[string(id)]
+	sh.Unlock()
 	if e == nil {
 		return 0
 	}

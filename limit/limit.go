@@ -233,6 +233,10 @@ type Request struct {
 	// (Limit.Shadow) are checked in the same call and never refuse; a name
 	// may appear twice, once enforced and once shadow.
 	Limits []Limit
+	// At is when the request is decided, for a caller that has already
+	// read the clock. The zero Time means the store reads its own.
+	// Stores that count by another clock (Redis's) ignore it.
+	At time.Time
 }
 
 // EffectiveCost reports Cost, or 1 when Cost is zero.

@@ -30,7 +30,7 @@ func TestSlidingLogBounded(t *testing.T) {
 				if s.TakeAt(now+10000*i/asks, req).Allowed {
 					admitted += tt.cost
 				}
-				longest = max(longest, len(s.shards[0].keys["hot"].slots[0].state.Log))
+				longest = max(longest, len(s.keys.Stripes()[0].M["hot"].slots[0].state.Log))
 			}
 			if longest > int(tt.count) {
 				t.Errorf("longest log %d entries, want at most %d", longest, tt.count)
@@ -55,11 +55,11 @@ func TestLogNotShared(t *testing.T) {
 		s.TakeAt(now+i, a)
 	}
 	// Refused by "t" (empty), allowed by the log: the log must not change.
-	before := append([]int64(nil), s.shards[0].keys["a"].slots[0].state.Log...)
+	before := append([]int64(nil), s.keys.Stripes()[0].M["a"].slots[0].state.Log...)
 	if d := s.TakeAt(now+10, a); d.Allowed {
 		t.Fatal("third take on a burst of 2 allowed")
 	}
-	if got := s.shards[0].keys["a"].slots[0].state.Log; fmt.Sprint(got) != fmt.Sprint(before) {
+	if got := s.keys.Stripes()[0].M["a"].slots[0].state.Log; fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Errorf("log after a refused take %v, want unchanged %v", got, before)
 	}
 }

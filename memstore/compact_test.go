@@ -31,12 +31,12 @@ func TestManyLimitsOneKey(t *testing.T) {
 			}
 		}
 	}
-	sh := s.shard("rls:domain")
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh := s.keys.Of("rls:domain")
+	sh.Lock()
+	defer sh.Unlock()
 	// About 100 ms of limits are live (each refills in 100 ms); the slots
 	// may hold up to twice the live ones between compactions.
-	if got := len(sh.keys["rls:domain"].slots); got > 400 {
+	if got := len(sh.M["rls:domain"].slots); got > 400 {
 		t.Errorf("the key holds %d slots after %d limits, want only the live ones (about 100, at most 400)", got, n)
 	}
 }

@@ -5,20 +5,21 @@ package memstore
 
 import (
 	"context"
-	"hash/maphash"
-	"sync"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/striped"
 	"github.com/sluice-rl/sluice/limit"
 )
 
 // Config configures a Store. The zero value is ready to use.
 type Config struct {
-	// Now returns the current time. Nil means time.Now. Tests pass a fake
-	// clock here.
+	// Now returns the current time. Nil means the process's monotonic
+	// clock, counted from the wall time at New, which is cheaper to read
+	// than time.Now and never steps back. Tests pass a fake clock here.
+	// A request's own time (limit.Request.At) comes first.
 	Now func() time.Time
-	// Shards is how many independently locked maps hold the keys. Zero
-	// means 64.
+	// Shards is how many independently locked maps hold the keys, rounded
+	// up to a power of two. Zero means 64.
 	Shards int
 }
 
@@ -27,15 +28,10 @@ type Config struct {
 // request is all or nothing. Memory is bounded by the keys active within
 // their limits' refill time: a state that would be full again is dropped.
 type Store struct {
-	now    func() time.Time
-	seed   maphash.Seed
-	shards []shard
-}
-
-type shard struct {
-	mu      sync.Mutex
-	keys    map[string]*entry // guarded by mu
-	touches int               // takes since the last sweep; guarded by mu
+	now    func() time.Time // nil: base plus the monotonic time since
+	base   time.Time
+	baseMs int64 // base in Unix ms
+	keys   *striped.Map[string, *entry]
 }
 
 // entry is one key's states, one slot per limit it has been asked about.
@@ -55,15 +51,19 @@ const manySlots = 16
 
 // slot is one limit's state. A limit is the same one while its name,
 // algorithm, period, unit and shadow mark stay: the fields of
-// limit.BucketID, which says why.
+// limit.BucketID, which says why. A shadow limit's state is apart from an
+// enforced one's.
 type slot struct {
-	name    string
-	shadow  bool // a shadow limit's state, apart from an enforced one's
-	alg     limit.Algorithm
-	period  time.Duration
-	unit    int64
-	state   limit.State
-	expires int64
+	// lim is the valid limit that last wrote the state, alg and unit its
+	// algorithm and GCRA unit, and p, burst and capacity its period in ms,
+	// its burst and a full token bucket's credits: a request with this
+	// very limit is taken without validating or compiling it again.
+	lim                limit.Limit
+	alg                limit.Algorithm
+	unit               int64
+	p, burst, capacity int64
+	state              limit.State
+	expires            int64
 }
 
 var _ limit.Store = (*Store)(nil)
@@ -74,59 +74,138 @@ func New(cfg Config) *Store {
 	if n <= 0 {
 		n = 64
 	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
-	}
-	s := &Store{now: now, seed: maphash.MakeSeed(), shards: make([]shard, n)}
-	for i := range s.shards {
-		s.shards[i].keys = make(map[string]*entry)
-	}
+	s := &Store{now: cfg.Now, base: time.Now(), keys: striped.New[string, *entry](n)}
+	s.baseMs = s.base.UnixMilli()
 	return s
 }
 
-// Take implements limit.Store. It never returns an error for a valid request.
+// clock returns the time to take req at, in Unix ms.
+func (s *Store) clock(req *limit.Request) int64 {
+	switch {
+	case !req.At.IsZero():
+		return req.At.UnixMilli()
+	case s.now != nil:
+		return s.now().UnixMilli()
+	}
+	return s.baseMs + int64(time.Since(s.base)/time.Millisecond)
+}
+
+// Take implements limit.Store. It never returns an error for a valid
+// request. It neither keeps nor modifies req.
 func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, error) {
+	now := s.clock(req)
+	if d, ok := s.takeKnown(now, req); ok {
+		return d, nil
+	}
 	if err := req.Validate(); err != nil {
 		return limit.Decision{}, err
 	}
-	return s.TakeAt(s.now().UnixMilli(), req), nil
+	return s.TakeAt(now, req), nil
 }
+
+// takeKnown is Take's fast path: one enforced token bucket, already
+// validated and compiled by an earlier take of the same limit on the same
+// key, taken in place. ok is false, with nothing read or written, for any
+// other request; Take then validates it and takes it the general way.
+func (s *Store) takeKnown(now int64, req *limit.Request) (d limit.Decision, ok bool) {
+	if len(req.Limits) != 1 || req.Cost < 0 {
+		return d, false
+	}
+	l := &req.Limits[0]
+	sh := s.keys.Of(req.Key)
+	sh.Lock()
+	defer sh.Unlock()
+	e := sh.M[req.Key]
+	if e == nil || e.expires <= now || e.byName != nil || len(e.slots) >= max(e.compactAt, manySlots) {
+		return d, false
+	}
+	var sl *slot
+	for i := range e.slots {
+		if e.slots[i].lim == *l {
+			sl = &e.slots[i]
+			break
+		}
+	}
+	if sl == nil || sl.alg != limit.TokenBucket || l.Shadow {
+		return d, false
+	}
+	// limit.Evaluate's token bucket and limit.Decide of its one outcome,
+	// with the limit's constants computed when it was first taken.
+	cost, p, c := req.EffectiveCost(), sl.p, sl.capacity
+	credits := c
+	if sl.expires > now {
+		credits = min(sl.state.A, c)
+		if elapsed := now - sl.state.B; elapsed > 0 {
+			if elapsed >= ceilDiv(c-credits, l.Count) {
+				credits = c
+			} else {
+				credits += elapsed * l.Count
+			}
+		}
+	}
+	d = limit.Decision{Source: limit.FromMemory, Remaining: credits / p}
+	switch {
+	case cost > sl.burst:
+		d.RetryAfter = limit.Never
+	case credits < cost*p:
+		d.RetryAfter = time.Duration(ceilDiv(cost*p-credits, l.Count)) * time.Millisecond
+	default:
+		credits -= cost * p
+		reset := ceilDiv(c-credits, l.Count)
+		d.Allowed, d.Remaining = true, credits/p
+		sl.state = limit.State{Exists: true, A: credits, B: now}
+		sl.expires = now + max(reset, 1)
+		e.expires = max(e.expires, sl.expires)
+	}
+	d.ResetAfter = time.Duration(ceilDiv(c-credits, l.Count)) * time.Millisecond
+	sweepIfDue(sh, now)
+	return d, true
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // TakeAt is Take at an explicit time in Unix milliseconds, for callers that
 // keep their own clock. req must be valid.
 func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
-	sh := s.shard(req.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	d := sh.take(now, req, req.EffectiveCost(), false)
-	sh.takeShadow(now, req, &d)
+	sh := s.keys.Of(req.Key)
+	sh.Lock()
+	defer sh.Unlock()
+	d := take(sh, now, req, req.EffectiveCost(), false)
+	takeShadow(sh, now, req, &d)
 	return d
 }
 
 // takeShadow checks req's shadow limits, if any, at its cost, takes it from
 // them if they all allow it, and puts their verdict in d. The caller holds
-// sh.mu, the same hold as the enforced limits' take.
-func (sh *shard) takeShadow(now int64, req *limit.Request, d *limit.Decision) {
+// sh's lock, the same hold as the enforced limits' take.
+func takeShadow(sh *stripe, now int64, req *limit.Request, d *limit.Decision) {
 	if !req.HasShadow() {
 		return
 	}
-	v := sh.take(now, req, req.EffectiveCost(), true)
+	v := take(sh, now, req, req.EffectiveCost(), true)
 	d.Shadow = limit.ShadowVerdict{Checked: true, Allowed: v.Allowed, Index: v.Index, Remaining: v.Remaining, RetryAfter: v.RetryAfter}
 }
 
-// shard returns the shard that holds key.
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+// stripe is the part of the store one lock guards.
+type stripe = striped.Stripe[string, *entry]
+
+// sweepIfDue drops sh's keys whose every state has expired, after about as
+// many takes as the stripe holds keys, so its cost per take is constant.
+// The caller holds sh's lock.
+func sweepIfDue(sh *stripe, now int64) {
+	if sh.Due(now, 0) {
+		sh.Sweep(now, func(_ string, e *entry) bool { return e.expires <= now })
+	}
 }
 
 // take checks req's limits of one group, enforced or shadow, at cost and
 // takes it from them if every one allows; the other group's limits are
-// neither read nor written. The caller holds sh.mu.
-func (sh *shard) take(now int64, req *limit.Request, cost int64, shadow bool) limit.Decision {
+// neither read nor written. The caller holds sh's lock.
+func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool) limit.Decision {
 	var buf [4]limit.Outcome
 	outs := buf[:0]
-	e := sh.keys[req.Key]
+	e := sh.M[req.Key]
 	if e != nil && e.expires <= now {
 		e.slots, e.byName = e.slots[:0], nil
 	}
@@ -159,30 +238,32 @@ func (sh *shard) take(now int64, req *limit.Request, cost int64, shadow bool) li
 	if d.Allowed && group {
 		if e == nil {
 			e = &entry{}
-			sh.keys[req.Key] = e
+			sh.M[req.Key] = e
 		}
 		for i := range req.Limits {
-			if req.Limits[i].Shadow != shadow {
+			l := &req.Limits[i]
+			if l.Shadow != shadow {
 				continue
 			}
 			o := &outs[i]
 			exp := now + o.TTL
 			if idx[i] < 0 {
-				l := &req.Limits[i]
-				e.slots = append(e.slots, slot{name: l.Name, shadow: l.Shadow, alg: l.Alg(), period: l.Period, unit: l.Unit(), state: o.Next, expires: exp})
+				e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
+				idx[i] = len(e.slots) - 1
 				if e.byName != nil {
-					e.byName[l.Name] = len(e.slots) - 1
+					e.byName[l.Name] = idx[i]
 				}
-			} else {
-				e.slots[idx[i]].state, e.slots[idx[i]].expires = o.Next, exp
+			}
+			sl := &e.slots[idx[i]]
+			sl.state, sl.expires = o.Next, exp
+			if sl.lim != *l {
+				sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
+				sl.capacity = sl.burst * sl.p
 			}
 			e.expires = max(e.expires, exp)
 		}
 	}
-	sh.touches++
-	if sh.touches > len(sh.keys)+64 {
-		sh.sweep(now)
-	}
+	sweepIfDue(sh, now)
 	return d
 }
 
@@ -194,14 +275,14 @@ func (e *entry) find(l *limit.Limit) int {
 		if !ok {
 			return -1
 		}
-		if sl := &e.slots[i]; sl.shadow == l.Shadow && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
+		if sl := &e.slots[i]; sl.lim.Shadow == l.Shadow && sl.alg == alg && sl.lim.Period == l.Period && sl.unit == unit {
 			return i
 		}
 		// A slot of the same name that counts differently: look for one
 		// that counts the same, as below.
 	}
 	for i := range e.slots {
-		if sl := &e.slots[i]; sl.name == l.Name && sl.shadow == l.Shadow && sl.alg == alg && sl.period == l.Period && sl.unit == unit {
+		if sl := &e.slots[i]; sl.lim.Name == l.Name && sl.lim.Shadow == l.Shadow && sl.alg == alg && sl.lim.Period == l.Period && sl.unit == unit {
 			return i
 		}
 	}
@@ -224,31 +305,12 @@ func (e *entry) compact(now int64) {
 	if len(live) >= manySlots/2 {
 		e.byName = make(map[string]int, len(live))
 		for i := range live {
-			e.byName[live[i].name] = i
+			e.byName[live[i].lim.Name] = i
 		}
 	}
 	e.compactAt = 2 * max(len(live), manySlots/2)
 }
 
-// sweep drops keys whose every state has expired. It runs after about as
-// many takes as the shard holds keys, so its cost per take is constant.
-func (sh *shard) sweep(now int64) {
-	for k, e := range sh.keys {
-		if e.expires <= now {
-			delete(sh.keys, k)
-		}
-	}
-	sh.touches = 0
-}
-
 // Len reports how many keys the store holds, including expired ones not yet
 // swept. It is for tests and metrics.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		s.shards[i].mu.Lock()
-		n += len(s.shards[i].keys)
-		s.shards[i].mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return s.keys.Len() }

@@ -44,3 +44,9 @@ func TestIdleKeysDropped(t *testing.T) {
 		t.Errorf("after the old keys refilled and 100 keys stayed busy: %d keys held, want at most 100", got)
 	}
 }
+
+// TestConformanceOwnClock runs the suite on the store's own monotonic
+// clock, the one it reads in production.
+func TestConformanceOwnClock(t *testing.T) {
+	limittest.RunOwnClock(t, func(t *testing.T) limit.Store { return memstore.New(memstore.Config{}) })
+}

@@ -26,7 +26,7 @@ func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (gra
 	if want < 1 {
 		return 0, limit.Decision{}, fmt.Errorf("memstore: want %d tokens: must be at least 1", want)
 	}
-	granted, d = s.TakeUpToAt(s.now().UnixMilli(), req, want)
+	granted, d = s.TakeUpToAt(s.clock(req), req, want)
 	return granted, d, nil
 }
 
@@ -39,19 +39,19 @@ func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (gra
 // shrink on every step, so there are at most about as many as limits.
 func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, limit.Decision) {
 	cost := req.EffectiveCost()
-	sh := s.shard(req.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh := s.keys.Of(req.Key)
+	sh.Lock()
+	defer sh.Unlock()
 	for try := max(want, cost); try > cost; {
-		d := sh.take(now, req, try, false)
+		d := take(sh, now, req, try, false)
 		if d.Allowed {
-			sh.takeShadow(now, req, &d)
+			takeShadow(sh, now, req, &d)
 			return try, d
 		}
 		try = min(try-1, d.Remaining)
 	}
-	d := sh.take(now, req, cost, false)
-	sh.takeShadow(now, req, &d)
+	d := take(sh, now, req, cost, false)
+	takeShadow(sh, now, req, &d)
 	if !d.Allowed {
 		return 0, d
 	}

@@ -9,30 +9,33 @@ import (
 	"net/url"
 	"os"
 	"strings"
-)
 
-// defaultPort is Redis's port, for a URL that names none.
-const defaultPort = "6379"
+	"github.com/redis/rueidis"
+)
 
 // ParseAddrs reads Redis addresses as an operator writes them, comma-
 // separated: "host:port", "redis://[user][:password]@host[:port]" or
 // "rediss://..." for TLS ("redis://:pw@host" is the default user's
 // password; "redis://name@host" a user whose password comes from
-// elsewhere, such as a file). One address is a standalone server or a cluster
-// seed; several are seeds of one cluster. It returns a Config holding
-// Addrs and, from URLs, Username, Password and, for rediss, a TLS
-// configuration that trusts the system's authorities (replace it with
-// TLSFiles.Config to trust others or to present a client certificate).
+// elsewhere, such as a file), or "redis-sentinel://host[:port]/<master
+// set>" for a Redis Sentinel watching the primary named master set (port
+// 26379 by default; the user and password are the primary's). One address
+// is a standalone server or a cluster seed; several are seeds of one
+// cluster, or after a redis-sentinel:// URL more Sentinels of its master
+// set. It returns a Config holding Addrs, MasterSet for Sentinels and,
+// from URLs, Username, Password and, for rediss, a TLS configuration that
+// trusts the system's authorities (replace it with TLSFiles.Config to
+// trust others or to present a client certificate).
 //
-// Every address of one Config shares one client, so URLs must agree on TLS
-// and on credentials; a URL may leave them out and plain addresses always
-// do. A URL's path may only name database 0 ("/" or "/0"): Redis Cluster
-// has no other. Errors name the address with its password replaced by
-// "xxxxx", and never hold the password itself.
+// Every address of one Config shares one client, so URLs must agree on the
+// scheme and on credentials; a URL may leave them out and plain addresses
+// always do. A redis:// URL's path may only name database 0 ("/" or "/0"):
+// Redis Cluster has no other. Errors name the address with its password
+// replaced by "xxxxx", and never hold the password itself.
 func ParseAddrs(s string) (Config, error) {
 	var (
 		cfg    Config
-		scheme string // "redis" or "rediss" of the first URL; "" before one
+		scheme string // the scheme of the first URL; "" before one
 		user   *url.Userinfo
 	)
 	for a := range strings.SplitSeq(s, ",") {
@@ -45,17 +48,17 @@ func ParseAddrs(s string) (Config, error) {
 				return Config{}, fmt.Errorf("redis address %q: a user or password needs a redis:// or rediss:// URL (redis://user:password@host:port)", redact(a))
 			}
 			if _, _, err := net.SplitHostPort(a); err != nil {
-				return Config{}, fmt.Errorf("redis address %q: want host:port or a redis:// or rediss:// URL: %w", a, err)
+				return Config{}, fmt.Errorf("redis address %q: want host:port or a redis://, rediss:// or redis-sentinel:// URL: %w", a, err)
 			}
 			cfg.Addrs = append(cfg.Addrs, a)
 			continue
 		}
-		u, err := parseURL(a)
+		u, opt, err := parseURL(a)
 		if err != nil {
 			return Config{}, err
 		}
 		if scheme != "" && u.Scheme != scheme {
-			return Config{}, fmt.Errorf("redis address %q is %s:// but an earlier one is %s://: every address of one Redis must agree on TLS", redact(a), u.Scheme, scheme)
+			return Config{}, fmt.Errorf("redis address %q is %s:// but an earlier one is %s://: every address of one Redis must agree on TLS and Sentinel", redact(a), u.Scheme, scheme)
 		}
 		scheme = u.Scheme
 		if u.User != nil {
@@ -63,48 +66,73 @@ func ParseAddrs(s string) (Config, error) {
 				return Config{}, fmt.Errorf("redis address %q has other credentials than an earlier one: every address of one Redis shares one user", redact(a))
 			}
 			user = u.User
+			cfg.Username, cfg.Password = opt.Username, opt.Password
 		}
-		cfg.Addrs = append(cfg.Addrs, u.Host)
+		if set := opt.Sentinel.MasterSet; set != "" {
+			if cfg.MasterSet != "" && set != cfg.MasterSet {
+				return Config{}, fmt.Errorf("redis address %q names master set %q but an earlier one %q: one store follows one primary", redact(a), set, cfg.MasterSet)
+			}
+			cfg.MasterSet = set
+		}
+		cfg.Addrs = append(cfg.Addrs, opt.InitAddress...)
+		if opt.TLSConfig != nil {
+			// Not rueidis's own: its ServerName is this URL's host, and
+			// each node must be checked against the host it is dialled at.
+			cfg.TLS = &tls.Config{MinVersion: opt.TLSConfig.MinVersion}
+		}
 	}
 	if len(cfg.Addrs) == 0 {
 		return Config{}, fmt.Errorf("no redis address in %q", redact(s))
 	}
-	if user != nil {
-		cfg.Username = user.Username()
-		cfg.Password, _ = user.Password()
-	}
-	if scheme == "rediss" {
-		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
 	return cfg, nil
 }
 
-// parseURL reads one redis:// or rediss:// URL, port defaulted to 6379.
-func parseURL(a string) (*url.URL, error) {
+// sentinelScheme is the scheme of a Redis Sentinel's address.
+const sentinelScheme = "redis-sentinel"
+
+// parseURL reads one redis://, rediss:// or redis-sentinel:// URL: the
+// forms sluice accepts are checked here, with errors that hide the
+// password, and rueidis.ParseURL reads the rest (default port, user,
+// password, TLS). A Sentinel's master set comes back in
+// opt.Sentinel.MasterSet.
+func parseURL(a string) (u *url.URL, opt rueidis.ClientOption, err error) {
 	shown := redact(a)
-	u, err := url.Parse(a)
-	if err != nil {
+	if u, err = url.Parse(a); err != nil {
 		// url's errors quote the whole input, password and all.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("redis address %q: not a URL: %w", shown, err)
+		return nil, opt, fmt.Errorf("redis address %q: not a URL: %w", shown, err)
 	}
+	set := strings.TrimPrefix(u.Path, "/")
 	switch {
-	case u.Scheme != "redis" && u.Scheme != "rediss":
-		return nil, fmt.Errorf("redis address %q: scheme %q, want redis:// or rediss:// (TLS)", shown, u.Scheme)
+	case u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != sentinelScheme:
+		return nil, opt, fmt.Errorf("redis address %q: scheme %q, want redis://, rediss:// (TLS) or redis-sentinel://", shown, u.Scheme)
 	case u.Hostname() == "":
-		return nil, fmt.Errorf("redis address %q names no host", shown)
-	case u.Path != "" && u.Path != "/" && u.Path != "/0":
-		return nil, fmt.Errorf("redis address %q: database %q: sluice uses database 0, the only one Redis Cluster has", shown, strings.TrimPrefix(u.Path, "/"))
+		return nil, opt, fmt.Errorf("redis address %q names no host", shown)
+	case u.Scheme == sentinelScheme && (set == "" || strings.Contains(set, "/")):
+		return nil, opt, fmt.Errorf("redis address %q: a Sentinel's URL names the master set it follows as its path: redis-sentinel://host:26379/mymaster", shown)
+	case u.Scheme != sentinelScheme && set != "" && set != "0":
+		return nil, opt, fmt.Errorf("redis address %q: database %q: sluice uses database 0, the only one Redis Cluster has", shown, set)
 	case u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("redis address %q: options in the URL are not read; use the --redis-* flags", shown)
+		return nil, opt, fmt.Errorf("redis address %q: options in the URL are not read; use the --redis-* flags", shown)
 	}
-	if u.Port() == "" {
-		u.Host = net.JoinHostPort(u.Hostname(), defaultPort)
+	plain := *u
+	plain.Path = ""
+	if u.Scheme == sentinelScheme {
+		plain.Scheme = "redis"
+		if u.Port() == "" {
+			plain.Host = net.JoinHostPort(u.Hostname(), "26379")
+		}
 	}
-	return u, nil
+	if opt, err = rueidis.ParseURL(plain.String()); err != nil {
+		return nil, opt, fmt.Errorf("redis address %q: %w", shown, err)
+	}
+	if u.Scheme == sentinelScheme {
+		opt.Sentinel.MasterSet = set
+	}
+	return u, opt, nil
 }
 
 // redact returns s with the password of every URL in it replaced by

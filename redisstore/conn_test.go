@@ -26,6 +26,7 @@ func TestParseAddrs(t *testing.T) {
 		addrs      []string
 		user, pass string
 		tls        bool
+		masterSet  string
 	}{
 		{in: "127.0.0.1:6379", addrs: []string{"127.0.0.1:6379"}},
 		{in: " a:1 , b:2 ,", addrs: []string{"a:1", "b:2"}},
@@ -37,6 +38,8 @@ func TestParseAddrs(t *testing.T) {
 		{in: "redis://u:p%40ss%3Aword@h:1", addrs: []string{"h:1"}, user: "u", pass: "p@ss:word"},
 		{in: "rediss://u:p@a:1,rediss://b:2,c:3", addrs: []string{"a:1", "b:2", "c:3"}, user: "u", pass: "p", tls: true},
 		{in: "rediss://[::1]:6380", addrs: []string{"[::1]:6380"}, tls: true},
+		{in: "redis-sentinel://h/mymaster", addrs: []string{"h:26379"}, masterSet: "mymaster"},
+		{in: "redis-sentinel://:pw@a:1/m, b:2", addrs: []string{"a:1", "b:2"}, pass: "pw", masterSet: "m"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -52,6 +55,9 @@ func TestParseAddrs(t *testing.T) {
 			}
 			if got := cfg.TLS != nil; got != tt.tls {
 				t.Errorf("TLS set = %v, want %v", got, tt.tls)
+			}
+			if cfg.MasterSet != tt.masterSet {
+				t.Errorf("MasterSet = %q, want %q", cfg.MasterSet, tt.masterSet)
 			}
 			if cfg.TLS != nil && cfg.TLS.MinVersion < tls.VersionTLS12 {
 				t.Errorf("TLS MinVersion = %x, want at least TLS 1.2", cfg.TLS.MinVersion)
@@ -78,6 +84,10 @@ func TestParseAddrsErrors(t *testing.T) {
 		{in: "redis://u:" + secret + "@h:bad port", want: "not a URL"},
 		{in: "redis://u:" + secret + "@@h%zz:1", want: "not a URL"},
 		{in: "default:" + secret + "@h:1", want: "needs a redis:// or rediss:// URL"},
+		{in: "redis-sentinel://u:" + secret + "@h:1", want: "names the master set"},
+		{in: "redis-sentinel://u:" + secret + "@h:1/a/b", want: "names the master set"},
+		{in: "redis-sentinel://h:1/a,redis-sentinel://u:" + secret + "@h:2/b", want: "master set \"b\""},
+		{in: "redis-sentinel://h:1/a,redis://u:" + secret + "@h:2", want: "agree on TLS and Sentinel"},
 		{in: "h:2, " + secret + "@h:1", want: "needs a redis:// or rediss:// URL"},
 	}
 	for _, tt := range tests {

@@ -64,7 +64,7 @@ func (s *Store) unknownNode() string { return strings.Join(s.seeds, ",") }
 
 // unknownTopology is a slot map that gives every slot to node.
 func unknownTopology(node string) *topology {
-	t := &topology{addrs: []string{node}}
+	t := &topology{addrs: []string{node}, one: true}
 	for i := range t.owner {
 		t.owner[i] = 1
 	}
@@ -117,14 +117,23 @@ func (s *Store) connect(ctx context.Context) error {
 		c.Close()
 		return s.connectError(fmt.Errorf("ping: %w", err))
 	}
-	l := &link{client: c}
-	if err := s.readNodes(ctx, l); err != nil {
+	if err := s.serve(ctx, &link{client: c}); err != nil {
 		c.Close()
 		return err
 	}
-	l.functions = s.preload(ctx, c)
+	return nil
+}
+
+// serve reads l's slot map, loads the take's code and starts serving from
+// l, with the slot map read again every RefreshInterval in a cluster or
+// under Sentinel.
+func (s *Store) serve(ctx context.Context, l *link) error {
+	if err := s.readNodes(ctx, l); err != nil {
+		return err
+	}
+	l.functions = s.preload(ctx, l.client)
 	s.link.Store(l)
-	if s.refresh > 0 && s.Cluster() {
+	if s.refresh > 0 && l.client.Mode() != rueidis.ClientModeStandalone {
 		s.mu.Lock()
 		if !s.closed.Load() {
 			rctx, stop := context.WithCancel(context.Background())
@@ -133,7 +142,7 @@ func (s *Store) connect(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 	}
-	s.log.Info("redis store connected", "mode", string(c.Mode()), "addrs", s.seeds, "prefix", s.prefix)
+	s.log.Info("redis store connected", "mode", string(l.client.Mode()), "addrs", s.seeds, "prefix", s.prefix)
 	return nil
 }
 

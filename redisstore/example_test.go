@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -53,4 +55,40 @@ func ExampleStore_Take() {
 func ExampleSlot() {
 	fmt.Println(redisstore.Slot("user1000"), redisstore.Slot("{user1000}"), redisstore.Slot("user1000}"))
 	// Output: 3443 2807 15234
+}
+
+// An embedder that already has a rueidis client, instrumented or shared
+// with its own commands, hands it to the store. The client stays the
+// embedder's: close it after the store.
+func ExampleNewWithClient() {
+	srv, stop, err := redistest.NewStandalone()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+
+	ctx := context.Background()
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	s, err := redisstore.NewWithClient(ctx, client, redisstore.Config{Prefix: "app:rl:"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	req := &limit.Request{Key: "key:3f9a", Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Second}}}
+	d, err := s.Take(ctx, req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	n, err := client.Do(ctx, client.B().Exists().Key(s.RedisKey(req.Key, &req.Limits[0])).Build()).AsInt64()
+	fmt.Println(d.Allowed, n, err)
+	// Output: true 1 <nil>
 }

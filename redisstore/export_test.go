@@ -46,3 +46,15 @@ return string.rep('abcdefghijklmnopqrstuvwx', #KEYS)`)
 		return script.Exec(ctx, s.link.Load().client, keys, nil).Error()
 	}
 }
+
+// Writes reports how many writes s's client has made on its connections,
+// every node's together.
+func Writes(s *Store) int64 {
+	s.wires.mu.Lock()
+	defer s.wires.mu.Unlock()
+	var n int64
+	for _, nw := range s.wires.nodes {
+		n += nw.writes.Load()
+	}
+	return n
+}

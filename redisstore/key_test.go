@@ -155,3 +155,14 @@ func TestSlotDoesNotAllocate(t *testing.T) {
 		t.Errorf("Slot: %v allocations per run, want 0", n)
 	}
 }
+
+// BenchmarkSlot is the cost of naming a key's node for a per-node breaker
+// (Node), which rueidis repeats when it routes the take: it exposes
+// neither its slot map nor a way to route by a slot computed already.
+func BenchmarkSlot(b *testing.B) {
+	var sum uint16
+	for b.Loop() {
+		sum += Slot("k:key_8f3a9c2e41")
+	}
+	_ = sum
+}

@@ -123,8 +123,12 @@ func (s *Store) exec(ctx context.Context, l *link, keys, args []string) rueidis.
 	if !l.functions {
 		return s.script.Exec(ctx, l.client, keys, args)
 	}
+	// Every key shares the first one's hash tag (appendKey), so rueidis
+	// is given the first alone to route by and the others as they go on
+	// the wire, declared as keys by Numkeys: one slot computed, not one a
+	// limit.
 	resp := l.client.Do(ctx, l.client.B().Fcall().Function(s.code.function).
-		Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		Numkeys(int64(len(keys))).Key(keys[0]).Arg(keys[1:]...).Arg(args...).Build())
 	if !isFunctionMissing(resp.Error()) {
 		return resp
 	}

@@ -28,6 +28,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,7 +46,14 @@ type Config struct {
 	// Addrs are Redis addresses, "host:port". One address is a standalone
 	// server unless it answers as a cluster node; several are seeds of a
 	// cluster. The client tells which by asking, so nothing here says.
+	// With MasterSet, they are Sentinels instead.
 	Addrs []string
+	// MasterSet, when set, makes Addrs the addresses of Redis Sentinels
+	// that monitor a primary under this name: the store asks them for the
+	// primary, and follows it when they fail it over to a replica. The
+	// credentials and TLS are the primary's; the Sentinels are reached in
+	// plaintext, without credentials. Empty means no Sentinel.
+	MasterSet string
 	// Prefix starts every key the store writes, so that sluice can share a
 	// Redis with others. Empty means "sl:". It may not hold '{' or '}',
 	// which would move keys' hash tags.
@@ -77,8 +85,17 @@ type Config struct {
 	// RefreshInterval is how often the store reads a cluster's slot map
 	// again for NodeAddr, so that it names a failed-over slot's new
 	// primary. Zero means 5s; negative means never (call RefreshNodes).
-	// A standalone server has no slot map to read.
+	// A standalone server has no slot map to read; under Sentinel, it is
+	// how often the store asks the Sentinels for the primary, besides
+	// hearing their failover announcements.
 	RefreshInterval time.Duration
+	// FlushDelay, when positive, coalesces writes: each node gets one
+	// connection, whose writer waits up to FlushDelay after each write to
+	// gather the takes that arrive meanwhile into the next one (rueidis's
+	// MaxFlushDelay). Under load that means fewer system calls per take,
+	// at the cost of up to FlushDelay of latency; see docs/redis.md for
+	// figures. Zero means no delay and rueidis's default connections.
+	FlushDelay time.Duration
 }
 
 const (
@@ -157,6 +174,7 @@ type Store struct {
 	refreshDone chan struct{}      // closed when the refresh loop has ended; guarded by mu
 	closeOnce   sync.Once
 	closed      atomic.Bool // set by Close; Take and TakeUpTo refuse after it
+	borrowed    bool        // the client is the caller's (NewWithClient): Close leaves it open
 }
 
 var _ limit.Store = (*Store)(nil)
@@ -180,61 +198,46 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("redisstore: address %q: %w", a, err)
 		}
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = defaultPrefix
+	if cfg.DialTimeout < 0 || cfg.ConnTimeout < 0 || cfg.FlushDelay < 0 {
+		return nil, fmt.Errorf("redisstore: negative duration (dial timeout %v, connection timeout %v, flush delay %v)", cfg.DialTimeout, cfg.ConnTimeout, cfg.FlushDelay)
 	}
-	if strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: prefix %q holds a brace, which would move every key's hash tag", prefix)
-	}
-	if cfg.DialTimeout < 0 || cfg.ConnTimeout < 0 {
-		return nil, fmt.Errorf("redisstore: negative timeout (dial %v, connection %v)", cfg.DialTimeout, cfg.ConnTimeout)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	code, err := assemble()
+	s, err := newStore(cfg)
 	if err != nil {
 		return nil, err
 	}
-	w := &wires{}
 	dial := orDefault(cfg.DialTimeout, defaultDialTimeout)
-	s := &Store{
-		opt: rueidis.ClientOption{
-			InitAddress: cfg.Addrs,
-			Username:    cfg.Username,
-			Password:    cfg.Password,
-			TLSConfig:   cfg.TLS,
-			ClientName:  "sluice",
-			// Bounds the TCP connect and, in wires.dial, the TLS
-			// handshake; rueidis bounds HELLO/AUTH by it too.
-			Dialer: net.Dialer{Timeout: dial},
-			// Watch each connection's bytes, for Stalled.
-			DialCtxFn: w.dial,
-			// Every read of a limit is also a write, so client-side caching
-			// would never hit; it only costs memory and tracking messages.
-			DisableCache: true,
-			// Pipeline even a lone command: in rueidis's synchronous mode a
-			// deadline that fires closes the connection, and under a 5 ms
-			// deadline that turns one slow reply into a reconnect storm.
-			AlwaysPipelining: true,
-			ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
-			ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
-		},
-		code: code,
-		// Not NewLuaScriptRetryable: a take is not idempotent, so a script
-		// whose reply was lost must not run again.
-		script:  rueidis.NewLuaScript(code.script),
-		prefix:  prefix,
-		now:     cfg.Now,
-		log:     log,
-		seeds:   append([]string(nil), cfg.Addrs...),
-		wires:   w,
-		refresh: orDefault(cfg.RefreshInterval, defaultRefresh),
-		attempt: 3*dial + orDefault(cfg.ConnTimeout, defaultConnTimeout),
+	s.opt = rueidis.ClientOption{
+		InitAddress: cfg.Addrs,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		TLSConfig:   cfg.TLS,
+		ClientName:  "sluice",
+		// Bounds the TCP connect and, in wires.dial, the TLS
+		// handshake; rueidis bounds HELLO/AUTH by it too.
+		Dialer: net.Dialer{Timeout: dial},
+		// Watch each connection's bytes, for Stalled.
+		DialCtxFn: s.wires.dial,
+		// Every read of a limit is also a write, so client-side caching
+		// would never hit; it only costs memory and tracking messages.
+		DisableCache: true,
+		// Pipeline even a lone command: in rueidis's synchronous mode a
+		// deadline that fires closes the connection, and under a 5 ms
+		// deadline that turns one slow reply into a reconnect storm.
+		AlwaysPipelining: true,
+		ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
+		ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
 	}
-	s.scratch.New = func() any { return new(scratch) }
+	if cfg.FlushDelay > 0 {
+		// One connection per node (2^-1 rounds to one), so that takes
+		// queue on one writer and the delay gathers them.
+		s.opt.PipelineMultiplex, s.opt.MaxFlushDelay = -1, cfg.FlushDelay
+	}
+	if cfg.MasterSet != "" {
+		s.opt.Sentinel = rueidis.SentinelOption{MasterSet: cfg.MasterSet, Dialer: net.Dialer{Timeout: dial},
+			ClientName: "sluice", TopologyRefreshInterval: max(s.refresh, 0)}
+	}
+	s.seeds = append([]string(nil), cfg.Addrs...)
+	s.attempt = 3*dial + orDefault(cfg.ConnTimeout, defaultConnTimeout)
 	s.topo.Store(unknownTopology(s.unknownNode()))
 	if err := s.connect(ctx); err != nil {
 		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
@@ -247,11 +250,86 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// without Redis, its takes fail fast (ErrUnavailable) so that the
 		// guard above limits locally, and it keeps connecting in the
 		// background until Redis answers.
-		log.Warn("redis unreachable at start; connecting in the background", "addrs", cfg.Addrs, "error", err)
+		s.log.Warn("redis unreachable at start; connecting in the background", "addrs", cfg.Addrs, "error", err)
 		bg, cancel := context.WithCancel(context.Background())
 		s.stopConnect, s.connectDone = cancel, make(chan struct{})
 		go s.reconnect(bg)
 	}
+	return s, nil
+}
+
+// NewWithClient returns a Store that takes through client, a connected
+// rueidis client that the caller made and owns: the store never closes it,
+// so one client can serve sluice and the caller's own commands, and be
+// instrumented as the caller likes (rueidishook, rueidisotel). Close stops
+// the store's own work and leaves the client open; close the client after
+// the store.
+//
+// The connection settings are the client's, so cfg's Addrs, MasterSet,
+// Username, Password, TLS, DialTimeout, ConnTimeout and FlushDelay must be
+// zero; Prefix, Now, Logger and RefreshInterval apply. New's client
+// disables client-side caching (every read here is also a write) and
+// always pipelines; a client built otherwise works, less well. Stalled
+// watches only the connections of New's own client, so with the caller's
+// it always reports false, and a guard above judges nodes by their
+// answers alone. NewWithClient reads the slot map and loads the take's
+// code before it returns, and fails if that fails or ctx ends.
+func NewWithClient(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: NewWithClient: client is nil")
+	}
+	if len(cfg.Addrs) > 0 || cfg.MasterSet != "" || cfg.Username != "" || cfg.Password != "" || cfg.TLS != nil ||
+		cfg.DialTimeout != 0 || cfg.ConnTimeout != 0 || cfg.FlushDelay != 0 {
+		return nil, errors.New("redisstore: NewWithClient: addresses, master set, credentials, TLS, timeouts and flush delay are the client's: leave them zero in Config")
+	}
+	s, err := newStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.borrowed = true
+	for addr := range client.Nodes() {
+		s.seeds = append(s.seeds, addr)
+	}
+	slices.Sort(s.seeds)
+	if len(s.seeds) == 0 {
+		return nil, errors.New("redisstore: NewWithClient: the client knows no node")
+	}
+	if err := s.serve(ctx, &link{client: client}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore returns a Store for cfg with no client yet, having checked
+// what every constructor checks.
+func newStore(cfg Config) (*Store, error) {
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = defaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q holds a brace, which would move every key's hash tag", prefix)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	code, err := assemble()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		code: code,
+		// Not NewLuaScriptRetryable: a take is not idempotent, so a script
+		// whose reply was lost must not run again.
+		script:  rueidis.NewLuaScript(code.script),
+		prefix:  prefix,
+		now:     cfg.Now,
+		log:     log,
+		wires:   &wires{},
+		refresh: orDefault(cfg.RefreshInterval, defaultRefresh),
+	}
+	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
 
@@ -293,7 +371,7 @@ func (s *Store) Close() {
 		s.stopping = true
 		s.reloadMu.Unlock()
 		s.reloads.Wait()
-		if l := s.link.Load(); l != nil {
+		if l := s.link.Load(); l != nil && !s.borrowed {
 			l.client.Close()
 		}
 	})

@@ -15,12 +15,14 @@ import (
 type topology struct {
 	addrs []string
 	owner [slots]uint16 // index into addrs plus one; 0 for a slot nobody serves
+	one   bool          // every slot is addrs[0]'s: a standalone server or a Sentinel's primary
 }
 
 // NodeAddr returns the address of the primary that served slot when the
 // store last read the cluster's slot map (when it connected, then at each
 // RefreshNodes), or "" if no node served it then. On a standalone server
-// every slot is that server's. Before the store has connected, every slot
+// every slot is that server's; under Sentinel, the primary's the Sentinels
+// named at the last read. Before the store has connected, every slot
 // is on one unknown node, named by the seed addresses joined with commas. It does no I/O, so a per-node circuit
 // breaker may call it on every request: NodeAddr(Slot(key)).
 //
@@ -45,9 +47,9 @@ func (s *Store) NodeAddrs() []string {
 }
 
 // RefreshNodes reads the cluster's slot map again (CLUSTER SLOTS, from any
-// node) for NodeAddr. On a standalone server there is nothing to read, and
-// neither before the store has connected: it reads the map when it
-// connects.
+// node), or under Sentinel which primary the client follows, for NodeAddr.
+// On a standalone server there is nothing to read, and neither before the
+// store has connected: it reads the map when it connects.
 func (s *Store) RefreshNodes(ctx context.Context) error {
 	l := s.link.Load()
 	if l == nil {
@@ -58,15 +60,20 @@ func (s *Store) RefreshNodes(ctx context.Context) error {
 
 // readNodes is RefreshNodes through l.
 func (s *Store) readNodes(ctx context.Context, l *link) error {
-	t := &topology{}
 	if l.client.Mode() != rueidis.ClientModeCluster {
-		t.addrs = s.seeds[:1]
-		for i := range t.owner {
-			t.owner[i] = 1
+		// One node: the standalone server, or the primary the Sentinels
+		// name now, which a failover changes.
+		node := s.seeds[0]
+		for addr := range l.client.Nodes() {
+			node = addr
 		}
-		s.topo.Store(t)
+		if old := s.topo.Load(); old != nil && len(old.addrs) == 1 && old.addrs[0] != node && l.client.Mode() == rueidis.ClientModeSentinel {
+			s.log.Info("redis primary changed", "from", old.addrs[0], "to", node)
+		}
+		s.topo.Store(unknownTopology(node))
 		return nil
 	}
+	t := &topology{}
 	resp := l.client.Do(ctx, l.client.B().ClusterSlots().Build())
 	if err := resp.Error(); err != nil {
 		return fmt.Errorf("redisstore: CLUSTER SLOTS: %w: %w", classify(err), err)

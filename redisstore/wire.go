@@ -12,8 +12,15 @@ import (
 
 // Node names the Redis node that holds key's limits: the address of the
 // primary serving its slot, as NodeAddr(Slot(key)) says. It does no I/O. A
-// per-node circuit breaker (guard) keys its breakers by it.
-func (s *Store) Node(key string) string { return s.NodeAddr(Slot(key)) }
+// per-node circuit breaker (guard) keys its breakers by it. Off a cluster
+// (and before the store has connected) there is one node, and Node names
+// it without computing the key's slot.
+func (s *Store) Node(key string) string {
+	if t := s.topo.Load(); t.one {
+		return t.addrs[0]
+	}
+	return s.NodeAddr(Slot(key))
+}
 
 // Stalled reports whether node (an address, as Node names it) has stopped
 // answering: a connection to it has owed replies for at least d and
@@ -41,6 +48,7 @@ type wires struct {
 
 // nodeWires is one node's open connections and dials in progress.
 type nodeWires struct {
+	writes  atomic.Int64 // Write calls on its connections, for benchmarks
 	mu      sync.Mutex
 	conns   map[*wire]struct{}    // guarded by mu
 	dialing map[*attempt]struct{} // guarded by mu
@@ -169,6 +177,7 @@ func (c *wire) Write(p []byte) (int, error) {
 	// request, so a read that follows always clears this mark. Marked
 	// after, a writer held up past its syscall could set it once the reply
 	// had already been read, and an idle connection would owe forever.
+	c.node.writes.Add(1)
 	if len(p) > 0 {
 		mark := c.read.Load()
 		if c.owedSince.CompareAndSwap(0, monotonic()) {

@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/striped"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -114,8 +114,8 @@ type Store struct {
 	contact atomic.Int64 // Unix nanoseconds of the last Set or Touch; 0: never
 	stale   atomic.Bool  // whether the last check found the table stale
 
-	seed   maphash.Seed
-	shards []usageShard
+	// shards holds the usage counters, striped by key.
+	shards *striped.Map[Pair, *counter]
 	total  atomic.Int64 // tokens asked for since the last Usage, every key
 	since  atomic.Int64 // Unix nanoseconds of the last Usage (or of New)
 	born   int64        // Unix nanoseconds of New
@@ -156,11 +156,8 @@ func New(inner limit.Store, cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{inner: inner, cfg: cfg, even: uint32(Whole / cfg.Regions), seed: maphash.MakeSeed(),
-		shards: make([]usageShard, usageShards)}
-	for i := range s.shards {
-		s.shards[i].m = map[Pair]*counter{}
-	}
+	s := &Store{inner: inner, cfg: cfg, even: uint32(Whole / cfg.Regions),
+		shards: striped.New[Pair, *counter](usageShards)}
 	s.born = cfg.Now().UnixNano()
 	s.since.Store(s.born)
 	if cfg.Registerer != nil {

@@ -2,9 +2,7 @@ package share
 
 import (
 	"cmp"
-	"hash/maphash"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
@@ -13,12 +11,6 @@ import (
 // usageShards spreads the usage counters over this many locks, so that
 // concurrent requests for different keys seldom wait for each other.
 const usageShards = 32
-
-// usageShard holds the counters of the pairs whose key hashes to it.
-type usageShard struct {
-	mu sync.Mutex
-	m  map[Pair]*counter // guarded by mu
-}
 
 // counter is one pair's use since the last Usage call.
 type counter struct {
@@ -52,19 +44,19 @@ type PairUsage struct {
 // for them.
 func (s *Store) record(req *limit.Request, asked, admitted int64) {
 	s.total.Add(asked)
-	sh := &s.shards[maphash.String(s.seed, req.Key)%usageShards]
+	sh := s.shards.Of(req.Key)
 	t := s.table.Load()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.Lock()
+	defer sh.Unlock()
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		if l.Shadow {
 			continue // tried out, not enforced: no share to balance
 		}
 		p := Pair{req.Key, l.Name}
-		c := sh.m[p]
+		c := sh.M[p]
 		if c == nil {
-			if len(sh.m) >= s.cfg.MaxTracked/usageShards+1 {
+			if len(sh.M) >= s.cfg.MaxTracked/usageShards+1 {
 				if t == nil {
 					continue
 				}
@@ -73,7 +65,7 @@ func (s *Store) record(req *limit.Request, asked, admitted int64) {
 				}
 			}
 			c = &counter{}
-			sh.m[p] = c
+			sh.M[p] = c
 		}
 		c.asked += asked
 		c.admitted += admitted
@@ -96,12 +88,12 @@ func (s *Store) Usage(top int) Usage {
 		rank float64 // seconds of the whole limit's rate asked for
 	}
 	var all []ranked
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		m := sh.m
-		sh.m = make(map[Pair]*counter, len(m))
-		sh.mu.Unlock()
+	for i := range s.shards.Stripes() {
+		sh := &s.shards.Stripes()[i]
+		sh.Lock()
+		m := sh.M
+		sh.M = make(map[Pair]*counter, len(m))
+		sh.Unlock()
 		for p, c := range m {
 			all = append(all, ranked{PairUsage{p, c.asked, c.admitted}, float64(c.asked) * c.period.Seconds() / float64(c.count)})
 		}

@@ -233,3 +233,21 @@ func equal(a, b any) bool {
 	}
 	return true
 }
+
+// Killing the primary of a Sentinels deployment promotes its replica.
+func TestSentinelsFailOver(t *testing.T) {
+	d := StartSentinels(t, 1, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if got, err := d.PrimaryAddr(ctx); err != nil || got != d.Primary.Addr() {
+		t.Fatalf("PrimaryAddr = %q, %v; want the primary %s", got, err, d.Primary.Addr())
+	}
+	d.Primary.Kill()
+	got, err := d.WaitPrimary(ctx, d.Primary.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := d.Replicas[0].Addr(); got != want {
+		t.Errorf("new primary %s, want the replica %s", got, want)
+	}
+}

@@ -1,0 +1,63 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
+)
+
+// BenchmarkFlushDelay measures write coalescing (Config.FlushDelay) per
+// load level: takes from 1, 8 and 32 goroutines per CPU on a standalone
+// Redis, without a delay (rueidis's default connections) and with one
+// connection and a flush delay. It reports the client's writes per take
+// (write(2) calls, each a syscall and a loopback send) and this process's
+// CPU time per take (user and system), besides the time per take.
+//
+//	go test -run '^$' -bench FlushDelay -benchtime 20000x ./redisstore
+func BenchmarkFlushDelay(b *testing.B) {
+	var keys [benchKeys]string
+	for i := range keys {
+		keys[i] = fmt.Sprint("flush-", i)
+	}
+	for _, load := range []int{1, 8, 32} {
+		for _, delay := range []time.Duration{0, 20 * time.Microsecond, 100 * time.Microsecond} {
+			b.Run(fmt.Sprintf("goroutines-per-cpu=%d/delay=%v", load, delay), func(b *testing.B) {
+				s := newStore(b, redisstore.Config{Addrs: []string{standalone.Addr()}, FlushDelay: delay})
+				var next atomic.Int64
+				writes, cpu := redisstore.Writes(s), cpuTime()
+				b.SetParallelism(load)
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					for pb.Next() {
+						req := limit.Request{Key: keys[next.Add(1)%benchKeys], Limits: benchLimits[:1]}
+						if _, err := s.Take(ctx, &req); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(redisstore.Writes(s)-writes)/float64(b.N), "writes/op")
+				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
+
+// cpuTime returns the CPU time this process has used, user and system, in
+// ns.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
