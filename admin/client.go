@@ -163,7 +163,8 @@ func (c *Client) ValidateRule(ctx context.Context, r rules.Rule) (Validation, er
 
 // ApplyRuleSet makes doc the rule set in one version: its rules replace
 // every rule but the emergency overrides, and its keys and endpoints, when
-// doc has them (not nil), replace the stored ones. The answer lists the
+// not nil, replace the stored ones (an empty, non-nil section removes
+// them all). The answer lists the
 // differences. With dryRun, nothing is stored. A doc that matches what is
 // stored makes no version.
 func (c *Client) ApplyRuleSet(ctx context.Context, doc rules.Document, dryRun bool) (Applied, error) {
@@ -172,10 +173,23 @@ func (c *Client) ApplyRuleSet(ctx context.Context, doc rules.Document, dryRun bo
 	if dryRun {
 		path += "?dry_run=true"
 	}
-	if doc.Rules == nil {
-		doc.Rules = []rules.Rule{}
+	// rules.Document leaves empty sections out; here an empty section
+	// empties what is stored, and only a nil one is left out.
+	body := struct {
+		Keys      *map[string]rules.KeyInfo `json:"keys,omitempty"`
+		Endpoints *[]rules.Endpoint         `json:"endpoints,omitempty"`
+		Rules     []rules.Rule              `json:"rules"`
+	}{Rules: doc.Rules}
+	if doc.Keys != nil {
+		body.Keys = &doc.Keys
 	}
-	err := c.do(ctx, "PUT", path, doc, &out)
+	if doc.Endpoints != nil {
+		body.Endpoints = &doc.Endpoints
+	}
+	if body.Rules == nil {
+		body.Rules = []rules.Rule{}
+	}
+	err := c.do(ctx, "PUT", path, body, &out)
 	return out, err
 }
 

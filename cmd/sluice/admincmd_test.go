@@ -85,6 +85,7 @@ rules:
     limits: [{name: q, rate: 5, per: 1s}]
 `)
 	second := write("second.yaml", `
+endpoints: []
 rules:
   - scope: default
     limits: [{name: s, rate: 20, per: 1s}]
@@ -107,7 +108,7 @@ rules:
 		{apply("-f", first, "--token-file", tokenFile), nil, 0, []string{`(?m)^\+ rule \d+: default$`, `4 changes in version \d+ \(promoted\)`}},
 		{apply("-f", first), withToken, 0, []string{`no changes: the rule set already matches`}},
 		{apply("-f", second), withToken, 0, []string{`(?m)^~ rule \d+: default\n    - .*"rate":10.*\n    \+ .*"rate":20`,
-			`(?m)^- rule \d+: plan plan=pro endpoint=search$`, `2 changes in version \d+`}},
+			`(?m)^- rule \d+: plan plan=pro endpoint=search$`, `(?m)^- endpoint search$`, `3 changes in version \d+`}},
 		{apply("-f", broken), withToken, 1, []string{`sluice rules: apply .*broken.yaml: rules service: 422 .*nowhere`}},
 		// The rules and the URL from the environment.
 		{[]string{"rules", "apply", "-f", second}, append([]string{"SLUICE_RULES_URL=" + url}, withToken...), 0, []string{`no changes`}},

@@ -19,9 +19,18 @@ import (
 // AdminPrefix is where the admin API lives.
 const AdminPrefix = "/admin/v1"
 
-func (s *Service) adminRoutes(mux *http.ServeMux) {
+// adminRoute is one endpoint of the admin API.
+type adminRoute struct {
+	method, path string // path below AdminPrefix
+	h            http.Handler
+}
+
+// adminRouteTable is every endpoint of the admin API: what the mux serves,
+// and what the OpenAPI description must list.
+func (s *Service) adminRouteTable() []adminRoute {
+	var rs []adminRoute
 	route := func(method, path string, need Role, h func(w http.ResponseWriter, r *http.Request, who string) error) {
-		mux.Handle(method+" "+AdminPrefix+path, s.authorized(need, h))
+		rs = append(rs, adminRoute{method, path, s.authorized(need, h)})
 	}
 	route("GET", "/rules", RoleRead, s.listRules)
 	route("POST", "/rules", RoleWrite, s.createRule)
@@ -47,6 +56,15 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	route("POST", "/rollout/halt", RoleWrite, s.decideByHand("halted"))
 	route("GET", "/fleet", RoleRead, s.fleet)
 	route("PUT", "/ruleset", RoleWrite, s.applyRuleSet)
+	// The description is public: it holds no data.
+	rs = append(rs, adminRoute{"GET", "/openapi.json", http.HandlerFunc(serveOpenAPI)})
+	return rs
+}
+
+func (s *Service) adminRoutes(mux *http.ServeMux) {
+	for _, rt := range s.adminRouteTable() {
+		mux.Handle(rt.method+" "+AdminPrefix+rt.path, rt.h)
+	}
 	mux.HandleFunc(AdminPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no admin endpoint %s %s", r.Method, r.URL.Path))
 	})
