@@ -149,7 +149,7 @@ func (c *Client) pollLoop(ctx context.Context) {
 		}
 		d := backoff/2 + rand.N(backoff/2+1)
 		c.log.Warn("balancer poll failed; keeping the current region shares", "balancer", u.String(), "err", err,
-			"retry_in", d, "share_age", c.cfg.Store.Age().String())
+			"retry_in_ms", d.Milliseconds(), "share_age_ms", c.cfg.Store.Age().Milliseconds())
 		select {
 		case <-ctx.Done():
 			return

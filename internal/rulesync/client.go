@@ -217,11 +217,11 @@ func (c *Client) pollLoop(ctx context.Context) {
 			// or a service that does not hold polls would be asked
 			// without pause.
 			if held++; held == 1 {
-				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in", d)
+				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in_ms", d.Milliseconds())
 			}
 		} else {
 			c.metrics.errors.Inc()
-			c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", d,
+			c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in_ms", d.Milliseconds(),
 				"version", c.version())
 		}
 		select {
