@@ -2,109 +2,25 @@ package tracing_test
 
 import (
 	"context"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
-
+	"github.com/sluice-rl/sluice/internal/otlptest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/tracing"
 )
-
-// collector is an in-process OTLP receiver: it keeps the service name and
-// span names of what it is sent.
-type collector struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans []string // "service/span"
-}
-
-func (c *collector) keep(req *coltracepb.ExportTraceServiceRequest) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		service := ""
-		for _, kv := range rs.GetResource().GetAttributes() {
-			if kv.GetKey() == "service.name" {
-				service = kv.GetValue().GetStringValue()
-			}
-		}
-		for _, ss := range rs.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				c.spans = append(c.spans, service+"/"+s.GetName())
-			}
-		}
-	}
-}
-
-func (c *collector) got() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return strings.Join(c.spans, " ")
-}
-
-// Export implements the OTLP gRPC trace service.
-func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	c.keep(req)
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-// serveHTTP runs c as an OTLP/HTTP receiver and returns its URL.
-func (c *collector) serveHTTP(t *testing.T) string {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var req coltracepb.ExportTraceServiceRequest
-		if r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
-			http.Error(w, "want an ExportTraceServiceRequest on /v1/traces", http.StatusBadRequest)
-			return
-		}
-		c.keep(&req)
-		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(b)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-// serveGRPC runs c as an OTLP/gRPC receiver and returns its URL.
-func (c *collector) serveGRPC(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(srv, c)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return "http://" + ln.Addr().String()
-}
 
 // FromEnv sends a decision's span to an in-process collector over each
 // protocol the OTEL_* variables choose, under the service name they give.
 func TestFromEnvExportsToACollector(t *testing.T) {
 	for _, proto := range []string{"", "http/protobuf", "grpc"} {
 		t.Run("protocol "+proto, func(t *testing.T) {
-			c := &collector{}
-			endpoint := c.serveHTTP(t)
+			c := &otlptest.Collector{}
+			endpoint := c.StartHTTP(t)
 			if proto == "grpc" {
-				endpoint = c.serveGRPC(t)
+				endpoint = c.StartGRPC(t)
 			}
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
@@ -122,8 +38,8 @@ func TestFromEnvExportsToACollector(t *testing.T) {
 			if err := tp.Shutdown(ctx); err != nil { // flushes the batch
 				t.Fatal(err)
 			}
-			if got, want := c.got(), "gw-eu-1/"+tracing.DecisionSpan; got != want {
-				t.Errorf("collector got %q, want %q", got, want)
+			if got := c.Spans(); len(got) != 1 || got[0].Service != "gw-eu-1" || got[0].Name != tracing.DecisionSpan {
+				t.Errorf("collector got %+v, want one %s of service gw-eu-1", got, tracing.DecisionSpan)
 			}
 		})
 	}
