@@ -48,13 +48,17 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 }
 
 // Store returns a limit.Store that records a DecisionSpan for each Take of
-// inner, as a child of the span in the call's context: the number of
+// inner, as a child of the span in the call's context (with a nil tp, inner
+// itself): the number of
 // limits and the cost, then whether the request was allowed, where the
 // answer came from (the Source), and for a refusal the limit that refused
 // and the retry time; a store error marks the span failed. When inner is
 // a limit.Granter the result is one too, with a GrantSpan for each
 // TakeUpTo. The result is safe for concurrent use when inner is.
 func Store(inner limit.Store, tp trace.TracerProvider) limit.Store {
+	if tp == nil {
+		return inner
+	}
 	s := &store{inner: inner, tracer: tracer(tp)}
 	if g, ok := inner.(limit.Granter); ok {
 		return &granter{store: s, inner: g}
@@ -72,16 +76,22 @@ var (
 	_ limit.Granter = (*granter)(nil)
 )
 
+// start starts a span of a call with req; the attributes are only made
+// for a span that records (sampled), to keep unsampled calls cheap.
 func (s *store) start(ctx context.Context, name string, req *limit.Request) (context.Context, trace.Span) {
-	return s.tracer.Start(ctx, name, trace.WithAttributes(
-		attribute.Int("sluice.limits", len(req.Limits)),
-		attribute.Int64("sluice.cost", req.EffectiveCost()),
-	))
+	ctx, span := s.tracer.Start(ctx, name)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("sluice.limits", len(req.Limits)), attribute.Int64("sluice.cost", req.EffectiveCost()))
+	}
+	return ctx, span
 }
 
 // end records d or err on span and ends it.
 func end(span trace.Span, req *limit.Request, d limit.Decision, err error) {
 	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -108,10 +118,12 @@ type granter struct {
 
 func (g *granter) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	ctx, span := g.start(ctx, GrantSpan, req)
-	span.SetAttributes(attribute.Int64("sluice.want", want))
 	n, d, err := g.inner.TakeUpTo(ctx, req, want)
-	if err == nil {
-		span.SetAttributes(attribute.Int64("sluice.granted", n))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int64("sluice.want", want))
+		if err == nil {
+			span.SetAttributes(attribute.Int64("sluice.granted", n))
+		}
 	}
 	end(span, req, d, err)
 	return n, d, err
