@@ -151,7 +151,7 @@ func TestDashboard(t *testing.T) {
 		titles = append(titles, p.Title)
 	}
 	for _, want := range []string{"Decisions by outcome", "Decisions by source", "Added latency", "Redis calls per request",
-		"Breaker state per node", "Rules version per gateway"} {
+		"Breaker state per node", "Rules version per gateway", "rls answers by code and source", "rls answer time"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("dashboard lacks the panel %q (has %q)", want, titles)
 		}

@@ -93,8 +93,28 @@ func TestMetricsNamedExist(t *testing.T) {
 	// The service counts its fleet by region every --refresh.
 	waitFor(t, "the rules service to count the gateway", func() bool { return scrape(t, svc.URL+"/metrics")["sluice_rulesvc_gateways"] })
 
+	// sluice rls, counting in process: ten hits of a limit of ten a minute
+	// come near it, the eleventh is over.
+	rlsConfig := filepath.Join(dir, "ratelimit.yaml")
+	if err := os.WriteFile(rlsConfig, []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rls := sluice.Start(t, "rls", "--config", rlsConfig, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn")
+	for i := range 11 {
+		resp, err := http.Post(rls.URL+"/json", "application/json",
+			strings.NewReader(`{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "alice"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if want := map[bool]int{true: 429, false: 200}[i == 10]; resp.StatusCode != want {
+			t.Fatalf("rls request %d: status %d, want %d", i+1, resp.StatusCode, want)
+		}
+	}
+
 	exported := map[string]bool{}
-	for _, url := range []string{gw.MetricsURL + "/metrics", svc.URL + "/metrics"} {
+	for _, url := range []string{gw.MetricsURL + "/metrics", svc.URL + "/metrics", rls.URL + "/metrics"} {
 		for name := range scrape(t, url) {
 			exported[name] = true
 			// A histogram's family name, as a description may name it.
@@ -103,8 +123,8 @@ func TestMetricsNamedExist(t *testing.T) {
 			}
 		}
 	}
-	// Both processes say which build they run.
-	for _, url := range []string{gw.MetricsURL + "/metrics", svc.URL + "/metrics"} {
+	// Every process says which build it runs.
+	for _, url := range []string{gw.MetricsURL + "/metrics", svc.URL + "/metrics", rls.URL + "/metrics"} {
 		if !scrape(t, url)["sluice_build_info"] {
 			t.Errorf("%s lacks sluice_build_info", url)
 		}
@@ -134,7 +154,7 @@ func TestMetricsNamedExist(t *testing.T) {
 		case exported[m] && allowed:
 			t.Errorf("%s is exported now: take it off notYetExported (%s)", m, why)
 		case !exported[m] && !allowed:
-			t.Errorf("%s is named in %s but neither the gateway nor the rules service exports it", m, strings.Join(slices.Compact(named[m]), ", "))
+			t.Errorf("%s is named in %s but no sluice process (gateway, rules service, rls) exports it", m, strings.Join(slices.Compact(named[m]), ", "))
 		}
 	}
 	if t.Failed() {

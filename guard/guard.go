@@ -719,7 +719,7 @@ func (s *Store) transitioned(sh *shard, from, to State, err error) {
 	switch to {
 	case Open:
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "rate limit shard unavailable; limiting its keys locally",
-			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Duration("pause", s.pause), slog.Any("error", err))
+			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Int64("pause_ms", s.pause.Milliseconds()), slog.Any("error", err))
 	case HalfOpen:
 		s.log.LogAttrs(context.Background(), slog.LevelDebug, "rate limit shard probed", slog.String("shard", sh.name))
 	default:

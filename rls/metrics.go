@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -17,11 +18,59 @@ import (
 // ratelimit.service.rate_limit.DOMAIN.KEY_VALUE.STAT: one counter per STAT
 // with the domain and the descriptor's KEY_VALUE path as labels. A nil
 // *metrics counts nothing.
+//
+// A descriptor with detailed_metric names each request's value in its
+// label, which a client chooses: each such configured descriptor makes at
+// most MaxDetailedSeries label values in a domain, and counts the
+// requests of any further value under one more, its configured name with
+// OverflowSuffix ("user_OVERFLOW"). The values kept are the first seen
+// since the process started.
 type metrics struct {
 	totalHits, overLimit, nearLimit, shadowMode *prometheus.CounterVec
 	requests                                    *prometheus.CounterVec
 	latency                                     prometheus.Histogram
 	storeErrors, globalShadowMode               prometheus.Counter
+
+	mu sync.Mutex
+	// detailed holds, per domain and configured descriptor, the label
+	// values its detailed_metric has made.
+	detailed map[detailedKey]map[string]struct{}
+}
+
+// MaxDetailedSeries is the most descriptor label values one configured
+// descriptor with detailed_metric makes in one domain (see metrics).
+const MaxDetailedSeries = 100
+
+// OverflowSuffix ends the label value that counts a detailed_metric
+// descriptor's requests beyond MaxDetailedSeries values.
+const OverflowSuffix = "_OVERFLOW"
+
+type detailedKey struct{ domain, configured string }
+
+// bound returns the descriptor label for metric, the name a request gave
+// the configured descriptor named configured: metric itself, unless
+// detailed_metric made it a value beyond MaxDetailedSeries, then the
+// overflow label.
+func (m *metrics) bound(domain, configured, metric string) string {
+	if m == nil || metric == configured {
+		return metric
+	}
+	k := detailedKey{domain, configured}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := m.detailed[k]
+	if _, ok := seen[metric]; ok {
+		return metric
+	}
+	if len(seen) >= MaxDetailedSeries {
+		return configured + OverflowSuffix
+	}
+	if seen == nil {
+		seen = map[string]struct{}{}
+		m.detailed[k] = seen
+	}
+	seen[metric] = struct{}{}
+	return metric
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -48,6 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Store calls that failed; the request then passed or, under a fail_mode closed limit, got OVER_LIMIT."}),
 		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rls", Name: "global_shadow_mode_total",
 			Help: "Requests answered OK under --shadow-mode that would have been OVER_LIMIT."}),
+		detailed: map[detailedKey]map[string]struct{}{},
 	}
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.shadowMode, m.requests, m.latency, m.storeErrors, m.globalShadowMode} {
 		if err := reg.Register(c); err != nil {

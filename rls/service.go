@@ -420,6 +420,7 @@ func (s *Service) status(domain string, it *item) *rlsv3.RateLimitResponse_Descr
 	}
 	r := it.n.rule
 	st.CurrentLimit = r.current
+	it.metric = s.metrics.bound(domain, it.n.metric, it.metric)
 	s.metrics.hit(domain, it.metric, it.cost)
 	switch {
 	case r.unlimited:

@@ -229,7 +229,7 @@ func (s *Store) view() view {
 	if stale != s.stale.Load() && s.stale.CompareAndSwap(!stale, stale) {
 		if stale {
 			s.cfg.Logger.Warn("region shares are stale: the balancer has not answered; every key gets at most an even split",
-				"age", s.Age().String(), "even", Fraction(s.even), "default", Fraction(t.Default), "version", t.Version)
+				"age_ms", s.Age().Milliseconds(), "even", Fraction(s.even), "default", Fraction(t.Default), "version", t.Version)
 		} else {
 			s.cfg.Logger.Info("region shares are fresh again", "version", t.Version)
 		}

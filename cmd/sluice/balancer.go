@@ -179,7 +179,7 @@ func runBalancer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// Run answers the held polls when ctx is done, so shutdown need not
 	// wait out the poll timeout.
 	return serveService(ctx, "balancer", "balancer", o.listen, srv.Handler(), srv.Run, reg, o.runFlags, logger, stdout,
-		"regions", o.cfg.Regions, "interval", o.cfg.Interval.String(), "standby_of", o.cfg.Primary)
+		"regions", o.cfg.Regions, "interval_ms", o.cfg.Interval.Milliseconds(), "standby_of", o.cfg.Primary)
 }
 
 // shareOptions are the gateway's flags for the quota balancer.

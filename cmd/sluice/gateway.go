@@ -190,8 +190,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	tracer, stopTracing, err := startGatewayTracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	lim, err := gateway.New(gateway.Config{
-		Store: store, Rules: src, TrustedProxies: opts.TrustedProxies, UnknownKeysAsAddress: opts.UnknownKeys,
+		Store: tracer.store(store), Rules: src, TrustedProxies: opts.TrustedProxies, UnknownKeysAsAddress: opts.UnknownKeys,
 		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout, OnDecision: onDecision,
 	})
 	if err != nil {
@@ -199,7 +204,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	health := gateway.Health(src)
 	ready := process.Ready(store.Down)
-	limited := lim.Middleware(next)
+	limited := tracer.limited(lim.Middleware, next)
 	api := handlers.Track(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Not a ServeMux: it would redirect unclean paths the upstream
 		// should see as they are.

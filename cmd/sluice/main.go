@@ -4,11 +4,14 @@
 //
 //	sluice gateway [flags]   run the rate-limiting gateway
 //	sluice rules [flags]     run the rules service
+//	sluice rules apply -f FILE  apply a rules file to a running rules service
 //	sluice rls [flags]       serve Envoy's rate limit service
 //	sluice balancer [flags]  run the quota balancer between regions
 //	sluice bench [flags]     measure decision latency and throughput
 //	sluice check FILE        validate a rules file or an Envoy configuration
 //	sluice plan [flags]      size a deployment from traffic figures
+//	sluice override VERB     set, list or end emergency overrides
+//	sluice rollout VERB      show, promote or halt a rollout
 //	sluice version           print the version (also sluice --version)
 //
 // Run "sluice COMMAND -h" for a command's flags.
@@ -45,7 +48,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"gateway", "run the rate-limiting gateway (in front of --upstream, or a built-in answer)", runGateway},
-		{"rules", "run the rules service: rules in PostgreSQL, versioned snapshots pushed to gateways", runRules},
+		{"rules", "run the rules service: rules in PostgreSQL, versioned snapshots pushed to gateways; rules apply -f FILE applies a file", runRulesCommand},
 		{"rls", "serve Envoy's rate limit service (gRPC) from envoyproxy/ratelimit's configuration", runRLS},
 		{"balancer", "run the quota balancer: each region's share of global limits follows its traffic", runBalancer},
 		{"bench", "measure decision latency and throughput of a store or a running gateway", runBench},
@@ -53,6 +56,8 @@ func commands() []command {
 		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runPlan(args, stdout, stderr)
 		}},
+		{"override", "set, list or end emergency overrides of API keys on a running rules service", runOverride},
+		{"rollout", "show, promote or halt the rollout of a rules version on a running rules service", runRollout},
 		{"version", "print the version, the commit and the Go toolchain (also --version)", runVersion},
 	}
 }

@@ -12,15 +12,25 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/rules"
 )
 
 // AdminPrefix is where the admin API lives.
 const AdminPrefix = "/admin/v1"
 
-func (s *Service) adminRoutes(mux *http.ServeMux) {
+// adminRoute is one endpoint of the admin API.
+type adminRoute struct {
+	method, path string // path below AdminPrefix
+	h            http.Handler
+}
+
+// adminRouteTable is every endpoint of the admin API: what the mux serves,
+// and what the OpenAPI description must list.
+func (s *Service) adminRouteTable() []adminRoute {
+	var rs []adminRoute
 	route := func(method, path string, need Role, h func(w http.ResponseWriter, r *http.Request, who string) error) {
-		mux.Handle(method+" "+AdminPrefix+path, s.authorized(need, h))
+		rs = append(rs, adminRoute{method, path, s.authorized(need, h)})
 	}
 	route("GET", "/rules", RoleRead, s.listRules)
 	route("POST", "/rules", RoleWrite, s.createRule)
@@ -45,21 +55,23 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	route("POST", "/rollout/promote", RoleWrite, s.decideByHand("promoted"))
 	route("POST", "/rollout/halt", RoleWrite, s.decideByHand("halted"))
 	route("GET", "/fleet", RoleRead, s.fleet)
+	route("PUT", "/ruleset", RoleWrite, s.applyRuleSet)
+	// The description is public: it holds no data.
+	rs = append(rs, adminRoute{"GET", "/openapi.json", http.HandlerFunc(serveOpenAPI)})
+	return rs
+}
+
+func (s *Service) adminRoutes(mux *http.ServeMux) {
+	for _, rt := range s.adminRouteTable() {
+		mux.Handle(rt.method+" "+AdminPrefix+rt.path, rt.h)
+	}
 	mux.HandleFunc(AdminPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no admin endpoint %s %s", r.Method, r.URL.Path))
 	})
 }
 
 // RuleView is a stored rule as the admin API shows it.
-type RuleView struct {
-	rules.Rule
-	// Override is true for an emergency override.
-	Override bool `json:"override"`
-	// Version is the snapshot that last changed the rule.
-	Version   int64     `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
+type RuleView = admin.RuleView
 
 // changed is the answer to a successful change.
 type changed struct {
@@ -208,17 +220,25 @@ func replaceApply(id int64, rule rules.Rule) func(ctx context.Context, tx pgx.Tx
 			return outcome{}, &apiError{status: http.StatusConflict, field: "id",
 				msg: fmt.Sprintf("rule %d is an emergency override: change it through %s/overrides/%s", id, AdminPrefix, before.Match.Key)}
 		}
-		match, lims, expires, mode, failMode, err := ruleFields(rule)
-		if err != nil {
+		if err := updateRule(ctx, tx, id, rule); err != nil {
 			return outcome{}, err
-		}
-		_, err = tx.Exec(ctx, `UPDATE rules SET scope = $1, match = $2, limits = $3, mode = $4, fail_mode = $5,
-			expires_at = $6, reason = $7 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id)
-		if err != nil {
-			return outcome{}, fmt.Errorf("update rule %d: %w", id, err)
 		}
 		return outcome{target: fmt.Sprintf("rules/%d", id), ruleID: id, before: before}, nil
 	}
+}
+
+// updateRule stores rule as the rule id.
+func updateRule(ctx context.Context, tx pgx.Tx, id int64, rule rules.Rule) error {
+	match, lims, expires, mode, failMode, err := ruleFields(rule)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE rules SET scope = $1, match = $2, limits = $3, mode = $4, fail_mode = $5,
+		expires_at = $6, reason = $7 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id)
+	if err != nil {
+		return fmt.Errorf("update rule %d: %w", id, err)
+	}
+	return nil
 }
 
 func (s *Service) replaceRule(w http.ResponseWriter, r *http.Request, who string) error {
@@ -261,13 +281,8 @@ func (s *Service) deleteRule(w http.ResponseWriter, r *http.Request, who string)
 	return nil
 }
 
-// Validation is the answer of POST /admin/v1/rules/validate for a rule
-// set that compiles.
-type Validation struct {
-	Valid bool `json:"valid"`
-	// Hash is what the rule set's snapshot hash would be.
-	Hash string `json:"hash"`
-}
+// Validation is the answer of POST /admin/v1/rules/validate.
+type Validation = admin.Validation
 
 // validateRule compiles the rule set as it would be with the body's rule
 // added (or, with an id, replaced) and saves nothing.
@@ -325,14 +340,8 @@ func (s *Service) listEndpoints(w http.ResponseWriter, r *http.Request, _ string
 	return nil
 }
 
-// Override is the body of PUT /admin/v1/overrides/{key}: an emergency limit
-// of one API key. It must say why and when it ends.
-type Override struct {
-	Limits    []rules.Limit  `json:"limits"`
-	ExpiresAt time.Time      `json:"expires_at"`
-	Reason    string         `json:"reason"`
-	FailMode  rules.FailMode `json:"fail_mode,omitempty"`
-}
+// Override is the body of PUT /admin/v1/overrides/{key}.
+type Override = admin.Override
 
 func (s *Service) putOverride(w http.ResponseWriter, r *http.Request, who string) error {
 	key := r.PathValue("key")
@@ -413,16 +422,7 @@ func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request, who str
 }
 
 // AuditEntry is one row of the audit log.
-type AuditEntry struct {
-	ID      int64           `json:"id"`
-	At      time.Time       `json:"at"`
-	Who     string          `json:"who"`
-	Action  string          `json:"action"`
-	Target  string          `json:"target"`
-	Before  json.RawMessage `json:"before,omitempty"`
-	After   json.RawMessage `json:"after,omitempty"`
-	Version *int64          `json:"version,omitempty"`
-}
+type AuditEntry = admin.AuditEntry
 
 // listAudit answers the newest entries first: ?limit=N (at most 1000) and
 // ?before=ID to page on.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -31,23 +32,15 @@ type change struct {
 
 // outcome is what apply did, for the audit log.
 type outcome struct {
-	target        string // such as "rules/12"
-	ruleID        int64  // the rule written: commit sets its version and reads it back as after
-	created       bool   // ruleID is new: a compile error naming it has no ID to show
+	target        string  // such as "rules/12"
+	ruleID        int64   // the rule written: commit sets its version and reads it back as after
+	created       bool    // ruleID is new: a compile error naming it has no ID to show
+	touched       []int64 // further rules written: commit sets their version
 	before, after any
 }
 
 // Published says where a change went.
-type Published struct {
-	// Version is the snapshot that holds the change, and everything before
-	// it.
-	Version int64 `json:"version"`
-	// Rollout is "canary" or "promoted".
-	Rollout string `json:"rollout"`
-	// Emergency is the version that carries an emergency override to every
-	// gateway at once while Version is still a canary; zero otherwise.
-	Emergency int64 `json:"emergency_version,omitempty"`
-}
+type Published = admin.Published
 
 // writeLock serializes changes, so each snapshot holds every change made
 // before it; the key is per schema.
@@ -79,6 +72,12 @@ func (s *Service) commit(ctx context.Context, c change) (outcome, Published, err
 			}
 			if out.after, err = readRule(ctx, tx, out.ruleID); err != nil {
 				return err
+			}
+		}
+		if len(out.touched) > 0 {
+			if _, err := tx.Exec(ctx, "UPDATE rules SET version = $1, updated_at = now() WHERE id = ANY($2)",
+				pub.Version, out.touched); err != nil {
+				return fmt.Errorf("set rules' version: %w", err)
 			}
 		}
 		if err := audit(ctx, tx, c.who, c.action, out.target, out.before, out.after, pub.Version); err != nil {

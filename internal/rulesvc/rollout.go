@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-rl/sluice/admin"
 )
 
 // Side is what one side of a canary reported: the canary gateways of the
@@ -29,6 +31,11 @@ type Side struct {
 	// weight is the sum of the gateways' weights; the side is judged once
 	// it reaches MinSample.
 	weight float64
+}
+
+// view is the side as the admin API shows it.
+func (s Side) view() *admin.Side {
+	return &admin.Side{Requests: s.Requests, Refused: s.Refused, Gateways: s.Gateways, Rate: s.Rate}
 }
 
 // gatewayCounts is what one gateway reported on one side.
@@ -273,7 +280,7 @@ func (s *Service) decideByHand(st string) func(w http.ResponseWriter, r *http.Re
 		if err := s.reload(r.Context()); err != nil {
 			s.log.Warn("rules service: reload after rollout decision failed", "err", err)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"version": v, "state": st})
+		writeJSON(w, http.StatusOK, admin.Decision{Version: v, State: st})
 		return nil
 	}
 }

@@ -389,7 +389,7 @@ func (s *Service) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("rules service: LISTEN connection lost; reconnecting", "err", err, "in", backoff)
+		s.log.Warn("rules service: LISTEN connection lost; reconnecting", "err", err, "retry_in_ms", backoff.Milliseconds())
 		select {
 		case <-ctx.Done():
 			return

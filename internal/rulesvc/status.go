@@ -7,16 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluice-rl/sluice/internal/rulesapi"
+	"github.com/sluice-rl/sluice/admin"
 )
 
-// ShadowRule is what one shadow rule would have refused, summed over the
-// gateways' reports.
-type ShadowRule struct {
-	Rule        int64               `json:"rule"`
-	WouldRefuse int64               `json:"would_refuse"`
-	TopKeys     []rulesapi.KeyCount `json:"top_keys"`
-}
+// ShadowRule is what one shadow rule would have refused.
+type ShadowRule = admin.ShadowRule
 
 // shadowReport answers GET /admin/v1/shadow?since=DURATION (default 24h):
 // each shadow rule's would-be refusals, most first, with its top ten keys.
@@ -36,7 +31,7 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		return fmt.Errorf("read shadow hits: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ShadowRule, error) {
-		sr := ShadowRule{TopKeys: []rulesapi.KeyCount{}}
+		sr := ShadowRule{TopKeys: []admin.KeyCount{}}
 		err := row.Scan(&sr.Rule, &sr.WouldRefuse)
 		return sr, err
 	})
@@ -57,7 +52,7 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		at[sr.Rule] = i
 	}
 	var id int64
-	var kc rulesapi.KeyCount
+	var kc admin.KeyCount
 	_, err = pgx.ForEachRow(rows, []any{&id, &kc.Key, &kc.Count}, func() error {
 		if i, ok := at[id]; ok {
 			out[i].TopKeys = append(out[i].TopKeys, kc)
@@ -72,34 +67,10 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 }
 
 // Rollout is one version's rollout as the admin API shows it.
-type Rollout struct {
-	Version int64 `json:"version"`
-	// State is canary, promoted, halted or superseded.
-	State     string     `json:"state"`
-	Emergency bool       `json:"emergency,omitempty"`
-	Canaries  []string   `json:"canaries"`
-	StartedAt time.Time  `json:"started_at"`
-	DecidedAt *time.Time `json:"decided_at,omitempty"`
-	// Reason says why it was promoted, halted or superseded.
-	Reason string `json:"reason,omitempty"`
-	// Compared says, for a canary decided at the end of its window or by
-	// its counts, whether both sides had enough requests to compare their
-	// refusal rates: false means it was promoted unchecked. Nil for
-	// rollouts without a canary and those decided by hand.
-	Compared *bool `json:"compared,omitempty"`
-	// Canary and Rest are the decisions reported since the canary started,
-	// for the running canary only.
-	Canary *Side `json:"canary_counts,omitempty"`
-	Rest   *Side `json:"rest_counts,omitempty"`
-}
+type Rollout = admin.Rollout
 
 // RolloutStatus is the answer of GET /admin/v1/rollout.
-type RolloutStatus struct {
-	// Stable is the version every gateway outside the canary runs.
-	Stable int64 `json:"stable_version"`
-	// Rollouts are the newest twenty, newest first.
-	Rollouts []Rollout `json:"rollouts"`
-}
+type RolloutStatus = admin.RolloutStatus
 
 func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) error {
 	ctx := r.Context()
@@ -129,26 +100,14 @@ func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) erro
 		if err != nil {
 			return err
 		}
-		ro.Canary, ro.Rest = &can, &rest
+		ro.Canary, ro.Rest = can.view(), rest.view()
 	}
 	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 
 // Gateway is one gateway that polled within the gateway TTL.
-type Gateway struct {
-	ID      string `json:"id"`
-	Region  string `json:"region"`
-	Version int64  `json:"version"`
-	// Token names the gateway token it polls with; empty on a trusted
-	// network.
-	Token      string     `json:"token,omitempty"`
-	LastSeen   time.Time  `json:"last_seen"`
-	LastReport *time.Time `json:"last_report,omitempty"`
-	// Counted is true when the gateway also reported within the TTL: only
-	// those count in the fleet and may be canaries.
-	Counted bool `json:"counted"`
-}
+type Gateway = admin.Gateway
 
 // fleet answers GET /admin/v1/fleet: the gateways that polled, the version
 // each last said it runs, and which of them count in the fleet.
@@ -163,13 +122,13 @@ func (s *Service) fleet(w http.ResponseWriter, r *http.Request, _ string) error 
 	if err != nil {
 		return fmt.Errorf("read gateways: %w", err)
 	}
-	f := rulesapi.Fleet{Regions: map[string]int{}}
+	f := admin.FleetCounts{Regions: map[string]int{}}
 	for _, g := range gws {
 		if g.Counted {
 			f.Total++
 			f.Regions[g.Region]++
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"fleet": f, "gateways": gws})
+	writeJSON(w, http.StatusOK, admin.Fleet{Counts: f, Gateways: gws})
 	return nil
 }

@@ -208,12 +208,12 @@ func (c *Client) pollLoop(ctx context.Context) {
 			// or a service that does not hold polls would be asked
 			// without pause.
 			if held++; held == 1 {
-				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in", wait)
+				c.log.Warn("rules service answered with the version already held; backing off", "version", c.version(), "retry_in_ms", wait.Milliseconds())
 			}
 			return
 		}
 		c.metrics.errors.Inc()
-		c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in", wait, "version", c.version())
+		c.log.Warn("rules service poll failed; keeping the current rules", "err", err, "retry_in_ms", wait.Milliseconds(), "version", c.version())
 	})
 }
 

@@ -143,7 +143,7 @@ func (c *Client) pollLoop(ctx context.Context) {
 			c.failed(u)
 		}
 		c.log.Warn("balancer poll failed; keeping the current region shares", "balancer", u.String(), "err", err,
-			"retry_in", wait, "share_age", c.cfg.Store.Age().String())
+			"retry_in_ms", wait.Milliseconds(), "share_age_ms", c.cfg.Store.Age().Milliseconds())
 	})
 }
 
