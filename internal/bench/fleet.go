@@ -168,6 +168,8 @@ type phase struct {
 	// per bin, atomically
 	focus, admitted, requests, local, errs, calls []atomic.Int64
 
+	lastPoll time.Time // when calls were last read; pollCalls's, then runPhase's after it ends
+
 	evMu   sync.Mutex
 	events []EventMark // guarded by evMu
 }
@@ -271,9 +273,7 @@ func runPhase(ctx context.Context, cfg FleetConfig, sc Scenario, mode Mode, pref
 		return ModeResult{}, err
 	default:
 	}
-	if n, err := counter.read(ctx); err == nil {
-		p.calls[len(p.calls)-1].Add(n)
-	}
+	p.addCalls(ctx, counter)
 	return p.result(mode, elapsed, workers), nil
 }
 
@@ -485,15 +485,25 @@ func (p *phase) runEvents(ctx context.Context) (restore func(), err error) {
 func (p *phase) pollCalls(ctx context.Context, c *callCounter, deadline time.Time) {
 	tick := time.NewTicker(p.bin)
 	defer tick.Stop()
+	p.lastPoll = p.start
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			n, _ := c.read(ctx)
-			p.calls[max(0, p.binOf(now)-1)].Add(n)
+		case <-tick.C:
+			p.addCalls(ctx, c)
 		}
 	}
+}
+
+// addCalls reads the calls since the last read and puts them in the bin
+// of the middle of that interval: a tick late under load must not move
+// one bin's calls into the next.
+func (p *phase) addCalls(ctx context.Context, c *callCounter) {
+	now := time.Now()
+	n, _ := c.read(ctx)
+	p.calls[p.binOf(p.lastPoll.Add(now.Sub(p.lastPoll)/2))].Add(n)
+	p.lastPoll = now
 }
 
 // result gathers the run's figures.
@@ -551,6 +561,7 @@ func (p *phase) result(mode Mode, elapsed time.Duration, ws []worker) ModeResult
 	m.CallsPerRequest = ratio(m.RedisCalls, m.Requests)
 	m.Timeline = p.timeline()
 	m.Events = p.events
+	m.Window = p.window(m.Timeline)
 	m.OverPct, m.UnderPct = round2(m.OverPct), round2(m.UnderPct)
 	return m
 }
@@ -581,4 +592,29 @@ func (p *phase) timeline() Timeline {
 		tl.FocusLimit[i] = round2(float64(l.Count) / l.Period.Seconds())
 	}
 	return tl
+}
+
+// window measures the focus key between the first event and the next (or
+// the end of the run): its admitted rate against its limit while the
+// fault or the new rule held. Bins partly outside are left out.
+func (p *phase) window(tl Timeline) *Window {
+	if len(p.events) == 0 {
+		return nil
+	}
+	w := &Window{From: p.events[0].At, To: p.cfg.Duration.Seconds(), What: p.events[0].What}
+	if len(p.events) > 1 {
+		w.To = p.events[1].At
+	}
+	var adm, lim float64
+	for i := range tl.FocusAdmitted {
+		from := float64(i) * tl.BinSeconds
+		if from >= w.From && from+tl.BinSeconds <= w.To {
+			adm += tl.FocusAdmitted[i]
+			lim += tl.FocusLimit[i]
+		}
+	}
+	if lim > 0 {
+		w.Ratio = round2(adm / lim)
+	}
+	return w
 }

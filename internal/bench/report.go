@@ -67,6 +67,19 @@ type ModeResult struct {
 	Keys     []KeyResult `json:"keys"`
 	Timeline Timeline    `json:"timeline"`
 	Events   []EventMark `json:"events,omitempty"`
+	// Window is the focus key during the first event's span, when the
+	// scenario has events.
+	Window *Window `json:"window,omitempty"`
+}
+
+// Window is the focus key's admissions during a fault or after a rule
+// change: Ratio is its admitted rate over its limit's rate, from From to
+// To seconds into the run (whole bins only).
+type Window struct {
+	What  string  `json:"what"`
+	From  float64 `json:"from"`
+	To    float64 `json:"to"`
+	Ratio float64 `json:"ratio"`
 }
 
 // ErrorCount is the number of failed requests.
@@ -140,7 +153,7 @@ func (r *Report) Check() error {
 			}
 		}
 		var b strings.Builder
-		for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		for _, k := range sortedKeys(kinds) {
 			fmt.Fprintf(&b, " %s=%d", k, kinds[k])
 		}
 		return fmt.Errorf("%d of %d requests failed (%.4f%%, above --max-error-rate %.4f%%):%s",
@@ -152,15 +165,19 @@ func (r *Report) Check() error {
 // WriteTable writes the summary table: one row per scenario and mode.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\trequests\tthroughput/s\tadmitted\tover %\tunder %\tfocus key %\tcalls/req\tp50\tp99\tp99.9\terrors\t")
+	fmt.Fprintln(tw, "scenario\tmode\trequests\tthroughput/s\tadmitted\tover %\tunder %\tfocus key %\tin window\tcalls/req\tp50\tp99\tp99.9\terrors\t")
 	for _, s := range r.Scenarios {
 		for _, m := range s.Modes {
 			focus := "-"
 			if len(m.Keys) > 0 {
 				focus = fmt.Sprintf("%+.1f", m.Keys[0].OverPct)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%d\t%.2f\t%.2f\t%s\t%.3f\t%s\t%s\t%s\t%d\t\n",
-				s.Name, m.Mode, m.Requests, m.Throughput, m.Admitted, m.OverPct, m.UnderPct, focus,
+			window := "-"
+			if m.Window != nil {
+				window = fmt.Sprintf("%.2fx limit", m.Window.Ratio)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%d\t%.2f\t%.2f\t%s\t%s\t%.3f\t%s\t%s\t%s\t%d\t\n",
+				s.Name, m.Mode, m.Requests, m.Throughput, m.Admitted, m.OverPct, m.UnderPct, focus, window,
 				m.CallsPerRequest, us(m.P50us), us(m.P99us), us(m.P999us), m.ErrorCount())
 		}
 	}
@@ -170,3 +187,5 @@ func (r *Report) WriteTable(w io.Writer) error {
 func us(v float64) string {
 	return (time.Duration(v * float64(time.Microsecond))).Round(time.Microsecond).String()
 }
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

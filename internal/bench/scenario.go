@@ -77,10 +77,10 @@ func Scenarios(rate float64) []Scenario {
 	return []Scenario{
 		{
 			Name:  "steady",
-			About: "100 keys with Zipf popularity (s=1.1), each limited to a fifth of the total rate: the busiest key a little over its limit, most far under",
+			About: "100 keys with Zipf popularity (s=1.1), each limited to a tenth of the total rate: the two busiest keys over their limit, most far under",
 			Claim: "about one Redis call per request without leases, about ten times fewer with them; at most about 1% over the limit",
 			Streams: []Stream{{Name: "zipf", Keys: 100, Rate: rate, Zipf: 1.1,
-				Limit: per(max(1, int64(rate/5)))}},
+				Limit: per(max(1, int64(rate/10)))}},
 		},
 		{
 			Name:  "hot",
