@@ -136,7 +136,7 @@ func lineChart(b *strings.Builder, s ScenarioResult, name, title string, series,
 	span := float64(n) * bin
 	x := func(i int) float64 { return padL + (float64(i)+0.5)*bin/span*(chartW-padL-padR) }
 	y := func(v float64) float64 { return chartH - padB - v/top*(chartH-padT-padB) }
-	open(b, s.Name, name, title, top, span)
+	open(b, s.Name, name, title, top, span, false)
 	path := func(class, mode string, v []float64, color string) {
 		var d strings.Builder
 		for i, val := range v {
@@ -166,21 +166,25 @@ func lineChart(b *strings.Builder, s ScenarioResult, name, title string, series,
 	b.WriteString("</svg>")
 }
 
-// latencyChart draws p50, p99 and p99.9 of each mode as bars, labelled
-// with their values in microseconds.
+// latencyChart draws p50, p99 and p99.9 of each mode as bars on a log
+// scale from 0.1 µs (percentiles span four orders of magnitude under a
+// fault), labelled with their values in microseconds.
 func latencyChart(b *strings.Builder, s ScenarioResult) {
-	top := 0.0
+	top := 1.0
 	for _, m := range s.Modes {
 		top = max(top, m.P999us)
 	}
-	top = niceCeil(top)
-	open(b, s.Name, "latency", "decision latency p50 / p99 / p99.9 (µs)", top, 0)
+	top = math.Pow(10, math.Ceil(math.Log10(top)))
+	open(b, s.Name, "latency", "decision latency p50 / p99 / p99.9 (µs, log scale)", top, 0, true)
+	scale := func(v float64) float64 {
+		return math.Log10(max(v, latencyFloor)/latencyFloor) / math.Log10(top/latencyFloor) * (chartH - padT - padB)
+	}
 	groupW := float64(chartW-padL-padR) / float64(max(1, len(s.Modes)))
 	barW := groupW / 4
 	for i, m := range s.Modes {
 		for j, v := range []float64{m.P50us, m.P99us, m.P999us} {
 			bx := padL + float64(i)*groupW + barW/2 + float64(j)*barW
-			h := v / top * (chartH - padT - padB)
+			h := scale(v)
 			fmt.Fprintf(b, `<rect class="bar" data-series="%s" data-value="%.0f" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" opacity="%.2f"/>`,
 				html.EscapeString(string(m.Mode)), v, bx, chartH-padB-h, barW-2, h, modeColors[m.Mode], 1-0.25*float64(j))
 			fmt.Fprintf(b, `<text class="bar-label" x="%.1f" y="%.1f">%.0f</text>`, bx, chartH-padB-h-3, v)
@@ -190,15 +194,26 @@ func latencyChart(b *strings.Builder, s ScenarioResult) {
 	b.WriteString("</svg>")
 }
 
-// open starts a chart: the svg element, title, axes and the y scale (and
-// the x scale in seconds when span > 0).
-func open(b *strings.Builder, scenario, name, title string, top, span float64) {
+// latencyFloor is the bottom of the latency chart's log scale, in µs.
+const latencyFloor = 0.1
+
+// open starts a chart: the svg element, title, axes and the y scale,
+// linear from 0 or logarithmic from latencyFloor, and the x scale in
+// seconds when span > 0.
+func open(b *strings.Builder, scenario, name, title string, top, span float64, logScale bool) {
 	fmt.Fprintf(b, `<svg class="chart" data-chart="%s" data-scenario="%s" width="%d" height="%d" viewBox="0 0 %d %d" xmlns="http://www.w3.org/2000/svg">`,
 		name, html.EscapeString(scenario), chartW, chartH, chartW, chartH)
 	fmt.Fprintf(b, `<text class="title" x="%d" y="16">%s</text>`, padL, html.EscapeString(title))
-	for i := 0; i <= 4; i++ {
-		v := top * float64(i) / 4
-		yy := chartH - padB - float64(i)/4*(chartH-padT-padB)
+	ticks := 4
+	if logScale {
+		ticks = int(math.Round(math.Log10(top / latencyFloor)))
+	}
+	for i := 0; i <= ticks; i++ {
+		v := top * float64(i) / float64(ticks)
+		if logScale {
+			v = latencyFloor * math.Pow(10, float64(i))
+		}
+		yy := chartH - padB - float64(i)/float64(ticks)*(chartH-padT-padB)
 		fmt.Fprintf(b, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`,
 			padL, chartW-padR, yy, yy, padL-4, yy+4, compact(v))
 	}
