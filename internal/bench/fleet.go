@@ -151,6 +151,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig, scs []Scenario) (*Report, er
 type keyStat struct {
 	mu                       sync.Mutex
 	state                    limit.State
+	now                      int64 // the latest request's time, Unix ms: the exact limiter's clock
 	offered, admitted, exact int64
 }
 
@@ -325,7 +326,12 @@ func (p *phase) work(ctx context.Context, w int, mode Mode, deadline time.Time) 
 		p.requests[b].Add(1)
 		ks := &p.keys[k]
 		ks.mu.Lock()
-		o := limit.Evaluate(&req.Limits[0], &ks.state, t0.UnixMilli(), 1)
+		// Requests reach this lock in the order their decisions came
+		// back, not quite the order they were sent; the exact limiter
+		// must never see time go backwards, which would refill a bucket
+		// twice.
+		ks.now = max(ks.now, t0.UnixMilli())
+		o := limit.Evaluate(&req.Limits[0], &ks.state, ks.now, 1)
 		if o.Allowed {
 			ks.state = o.Next
 			ks.exact++
