@@ -41,7 +41,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fleet := fs.Bool("fleet", false, "run the fleet scenarios: --gateways virtual gateways (0 means 4) in this process, each with its own stack and Redis connections, fed round-robin; "+
 		"each mode runs each scenario for --duration; writes a summary, --json and --html (see docs/benchmarks.md, Fleet bench)")
 	var fo fleetOptions
-	fs.StringVar(&fo.scenarios, "scenario", "all", "with --fleet: scenarios to run, comma-separated: steady, hot, storm, pause, outage, lower, or all")
+	fs.StringVar(&fo.scenarios, "scenario", "all", "with --fleet: scenarios to run, comma-separated: steady, hot, storm, pause, outage, regions, lower, or all")
 	fs.StringVar(&fo.modes, "modes", "all", "with --fleet: modes compared on the same traffic, comma-separated: per-request, leases, leases+cache, or all")
 	fs.BoolVar(&fo.local, "local", false, "with --fleet: start redis-server processes here (a standalone server, and a 3-primary cluster for the outage scenario) instead of --redis")
 	fs.BoolVar(&fo.allowRemote, "allow-remote", false, "with --fleet: allow --redis addresses that are not loopback")

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/pipeline"
+	"github.com/sluice-rl/sluice/share"
 )
 
 // Target is the Redis a fleet run uses: addresses, and the servers the run
@@ -164,6 +165,7 @@ type phase struct {
 	start  time.Time
 	bin    time.Duration
 	limits atomic.Pointer[[]limit.Limit] // each stream's limit now
+	region atomic.Int32                  // the region whose gateways get the traffic (Scenario.Regions)
 	keys   []keyStat
 
 	// per bin, atomically
@@ -218,19 +220,42 @@ func runPhase(ctx context.Context, cfg FleetConfig, sc Scenario, mode Mode, pref
 	pcfg := cfg.Pipeline
 	pcfg.Redis.Addrs = addrs
 	pcfg.Gateways = cfg.Gateways
+	var w *world
+	if n := len(sc.Regions); n > 0 {
+		if cfg.Gateways < n {
+			return ModeResult{}, fmt.Errorf("%d gateways for %d regions: want at least one a region", cfg.Gateways, n)
+		}
+		if w, err = startWorld(ctx, sc.Regions); err != nil {
+			return ModeResult{}, err
+		}
+		defer w.close()
+		pcfg.Gateways = cfg.Gateways / n
+		pcfg.Shares = &share.Config{Regions: n, Interval: regionInterval}
+	}
 	defer func() {
 		for _, s := range p.stacks {
 			s.close()
 		}
 	}()
-	for range cfg.Gateways {
-		s, err := newStack(ctx, pcfg, mode)
+	for g := range cfg.Gateways {
+		gcfg := pcfg
+		if w != nil {
+			// Each region counts in a keyspace of its own, as it would in
+			// a Redis of its own.
+			gcfg.Redis.Prefix = "sl-" + sc.Regions[p.regionOf(g)] + ":"
+		}
+		s, err := newStack(ctx, gcfg, mode)
 		if err != nil {
 			return ModeResult{}, err
 		}
 		p.stacks = append(p.stacks, s)
 		if s.redis != nil && !s.redis.Connected() {
 			return ModeResult{}, fmt.Errorf("redis %v cannot be reached", addrs)
+		}
+		if w != nil {
+			if err := w.attach(s.shares, sc.Regions[p.regionOf(g)], fmt.Sprintf("gw%d", g)); err != nil {
+				return ModeResult{}, err
+			}
 		}
 	}
 	counter, err := newCallCounter(ctx, p.nodeAddrs(addrs), pcfg.Redis)
@@ -315,7 +340,7 @@ func (p *phase) work(ctx context.Context, w int, mode Mode, deadline time.Time) 
 		req := limit.Request{Key: p.t.keys[k], Limits: lims[p.t.stream[k] : p.t.stream[k]+1]}
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 		t0 := time.Now()
-		d, err := p.stacks[n%G].Take(tctx, &req)
+		d, err := p.stacks[p.gateway(n, G)].Take(tctx, &req)
 		lat := time.Since(t0)
 		cancel()
 		if err != nil && ctx.Err() != nil {
@@ -364,6 +389,26 @@ func (p *phase) work(ctx context.Context, w int, mode Mode, deadline time.Time) 
 		}
 	}
 	return r
+}
+
+// regionOf is the region of gateway g: the gateways are split evenly, in
+// order.
+func (p *phase) regionOf(g int) int {
+	if len(p.sc.Regions) == 0 {
+		return 0
+	}
+	return g / (p.cfg.Gateways / len(p.sc.Regions))
+}
+
+// gateway is the gateway request n goes to: round-robin over every
+// gateway, or over the gateways of the region the traffic is in.
+func (p *phase) gateway(n, G int) int {
+	r := len(p.sc.Regions)
+	if r == 0 {
+		return n % G
+	}
+	per := G / r
+	return int(p.region.Load())*per + n%per
 }
 
 // errorKind names an error's kind for the report's counts.
@@ -473,6 +518,11 @@ func (p *phase) runEvents(ctx context.Context) (restore func(), err error) {
 			if nn, err := c.WaitFailover(ctx, n); err == nil && nn != nil {
 				p.mark("failed over to " + nn.Addr())
 			}
+		case MoveTraffic:
+			p.region.Store(int32(ev.To))
+			to := p.sc.Regions[ev.To]
+			p.mark("traffic moved to " + to)
+			p.watchShare(ctx, ev.To)
 		case LowerLimit:
 			old := *p.limits.Load()
 			lims := slices.Clone(old)
@@ -485,6 +535,24 @@ func (p *phase) runEvents(ctx context.Context) (restore func(), err error) {
 		}
 	}
 	return restore, nil
+}
+
+// watchShare marks when the first gateway of region r holds most of the
+// focus key's limit (the balancer has moved the share after the traffic),
+// checking every 10 ms until ctx ends.
+func (p *phase) watchShare(ctx context.Context, r int) {
+	s := p.stacks[r*(p.cfg.Gateways/len(p.sc.Regions))].shares
+	name := p.sc.Streams[0].Limit.Name
+	for ctx.Err() == nil {
+		if got := s.Share(p.t.keys[0], name); got > share.Whole/2 {
+			p.mark(fmt.Sprintf("%s holds %s of the limit", p.sc.Regions[r], share.Fraction(got)))
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // pollCalls reads the script calls Redis ran once a bin.

@@ -115,3 +115,28 @@ func TestLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestFleetRegionsFollowTraffic(t *testing.T) {
+	srv := redistest.Standalone(t)
+	scs, err := bench.SelectScenarios(bench.Scenarios(400), "regions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := bench.RunFleet(context.Background(), bench.FleetConfig{Target: bench.Target{Addrs: []string{srv.Addr()}},
+		Gateways: 4, Workers: 4, Duration: 3 * time.Second, Rate: 400, Modes: []bench.Mode{bench.LeasesCache}}, scs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Scenarios[0].Modes[0]
+	if len(m.Events) == 0 || m.Events[0].What != "traffic moved to west" {
+		t.Fatalf("events %v, want the traffic moved to west first", m.Events)
+	}
+	// Shares add up to the limit: the regions together are never over
+	// it, beyond what leases may hold at an instant.
+	if m.OverPct > 1 {
+		t.Errorf("regions: %.2f%% over the global limit, want at most 1%%", m.OverPct)
+	}
+	if m.ErrorCount() > 0 {
+		t.Errorf("regions: errors %v (%v)", m.Errors, m.FirstErrors)
+	}
+}

@@ -26,6 +26,12 @@ type Scenario struct {
 	Streams []Stream
 	// Events happen at fractions of the run.
 	Events []Event
+	// Regions, when set, splits the gateways evenly between these regions,
+	// each counting in its own keyspace (a Redis of its own, in effect),
+	// with a quota balancer in this process moving each region's share of
+	// every limit after its traffic. The focus key's traffic goes to the
+	// first region's gateways until a MoveTraffic event.
+	Regions []string
 	// Needs says which servers the scenario must have started itself:
 	// "" (any Redis), "standalone" (a server the run may pause) or
 	// "cluster" (a cluster whose primary it may kill).
@@ -56,6 +62,8 @@ const (
 	KillPrimary EventKind = "kill-primary"
 	// LowerLimit divides every stream's limit by Factor.
 	LowerLimit EventKind = "lower-limit"
+	// MoveTraffic sends the traffic to the region numbered To.
+	MoveTraffic EventKind = "move-traffic"
 )
 
 // Event is something a scenario does at At (a fraction of the run, 0 to 1).
@@ -63,6 +71,7 @@ type Event struct {
 	At     float64
 	Kind   EventKind
 	Factor int64 // LowerLimit: the divisor
+	To     int   // MoveTraffic: the region, an index in Scenario.Regions
 }
 
 // Scenarios returns the built-in scenarios, each offering about rate
@@ -112,6 +121,15 @@ func Scenarios(rate float64) []Scenario {
 			Streams: []Stream{{Name: "keys", Keys: 20, Rate: rate, Limit: per(fault)}},
 			Events:  []Event{{At: 0.3, Kind: KillPrimary}},
 			Needs:   "cluster",
+		},
+		{
+			Name: "regions",
+			About: "one key at twice its global limit from two regions' gateways, all of it in east until 40% of the run, then all in west; " +
+				"a quota balancer in this process rebalances every 250 ms (the design's 10 s, scaled down)",
+			Claim:   "when traffic moves between regions the key is held under its global limit until the next rebalance (about 10 s at the design's interval), never over",
+			Streams: []Stream{{Name: "roamer", Keys: 1, Rate: rate, Limit: per(max(1, int64(rate/2)))}},
+			Events:  []Event{{At: 0.4, Kind: MoveTraffic, To: 1}},
+			Regions: []string{"east", "west"},
 		},
 		{
 			Name:    "lower",

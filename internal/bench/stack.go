@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
+	"github.com/sluice-rl/sluice/share"
 )
 
 // Mode is how each gateway of a fleet run counts: which layers of the
@@ -52,8 +53,9 @@ func ParseModes(s string) ([]Mode, error) {
 // stack is one virtual gateway's decision stack and what closes it.
 type stack struct {
 	limit.Store
-	redis *redisstore.Store
-	close func()
+	redis  *redisstore.Store
+	shares *share.Store // nil without pipeline.Config.Shares
+	close  func()
 }
 
 // newStack builds one gateway's stack for mode. PerRequest and LeasesCache
@@ -71,7 +73,7 @@ func newStack(ctx context.Context, cfg pipeline.Config, mode Mode) (*stack, erro
 		if err != nil {
 			return nil, err
 		}
-		return &stack{Store: p, redis: p.Redis(), close: p.Close}, nil
+		return &stack{Store: p, redis: p.Redis(), shares: p.Shares(), close: p.Close}, nil
 	}
 	rs, err := redisstore.New(ctx, cfg.Redis)
 	if err != nil {
@@ -89,7 +91,16 @@ func newStack(ctx context.Context, cfg pipeline.Config, mode Mode) (*stack, erro
 		rs.Close()
 		return nil, err
 	}
-	return &stack{Store: l, redis: rs, close: func() { l.Close(); g.Close(); rs.Close() }}, nil
+	s := &stack{Store: l, redis: rs, close: func() { l.Close(); g.Close(); rs.Close() }}
+	if cfg.Shares != nil {
+		// As pipeline.New puts it: the region's share on top.
+		if s.shares, err = share.New(l, *cfg.Shares); err != nil {
+			s.close()
+			return nil, err
+		}
+		s.Store = s.shares
+	}
+	return s, nil
 }
 
 // forgetful passes every call to the guard and drops the retry time of
