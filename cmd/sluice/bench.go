@@ -20,10 +20,12 @@ import (
 // optionally beside a baseline URL measured in the same run; or with
 // --overhead, the latency a gateway adds to an upstream (runOverhead).
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", "[--redis ADDRS | --url URL [--baseline-url URL]] [flags]", stderr,
+	fs := newFlagSet("bench", "[--redis ADDRS | --url URL [--baseline-url URL] | --fleet (--local | --redis ADDRS)] [flags]", stderr,
 		"Measures decision latency and throughput: of the decision stack called in",
 		"process (counting in memory, or in Redis with --redis), or of a running",
-		"gateway's HTTP endpoint with --url. See docs/benchmarks.md.",
+		"gateway's HTTP endpoint with --url. With --fleet, runs virtual gateways",
+		"through scenarios in each mode and writes a table, JSON and an HTML report.",
+		"See docs/benchmarks.md.",
 	)
 	redis := addRedisFlags(fs)
 	url := fs.String("url", "", "measure HTTP GETs of this URL (a gateway) instead of a store")
@@ -52,7 +54,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&fo.maxErrorRate, "max-error-rate", 0.001, "with --fleet: the run fails when more than this share of requests fail (errors are counted by kind either way)")
 	var pcfg pipeline.Config
 	addPipelineFlags(fs, &pcfg)
-	fs.Lookup("gateways").Usage = "store mode: `number` of gateways the measured stack is sized for (leases, the local fallback); 0 means 1"
+	fs.Lookup("gateways").Usage = "store mode: `number` of gateways the measured stack is sized for (leases, the local fallback); 0 means 1. " +
+		"With --fleet: virtual gateways fed round-robin; 0 means 4"
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

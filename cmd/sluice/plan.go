@@ -47,6 +47,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		"against a redis-server started here, or --redis")
 	measureFor := fs.Duration("measure-duration", time.Second, "with --measure: how long each of its three measurements runs")
 	redis := addRedisFlags(fs)
+	fs.Lookup("redis").Usage = "with --measure: Redis `address`es to measure against (loopback unless --allow-remote); empty starts a redis-server here"
 	allowRemote := fs.Bool("allow-remote", false, "with --measure: allow a --redis address that is not loopback")
 	if err := parseFlags(fs, args); err != nil {
 		return err

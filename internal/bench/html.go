@@ -34,7 +34,7 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#f4f4f4}
 td:first-child,th:first-child{text-align:left}.charts{display:flex;flex-wrap:wrap;gap:12px}
 svg.chart{border:1px solid #ddd;background:#fff}.axis{stroke:#888}.grid{stroke:#eee}text{font-size:11px;fill:#333}
-.title{font-size:13px;font-weight:600}.limit{stroke:#000;stroke-dasharray:6 4}.event{stroke:#8c564b;stroke-dasharray:3 3}
+.title{font-size:13px;font-weight:600}.limit{stroke:#000;stroke-dasharray:6 4}.event{stroke-dasharray:3 3}
 .claim{color:#555;font-style:italic}</style></head><body>`)
 	fmt.Fprintf(&b, "<h1>sluice fleet bench</h1><p>%s: %d virtual gateways, %d workers, %.0f requests a second offered, %.1f s per mode and scenario; against %s.</p>",
 		e(rep.Started.Format("2006-01-02 15:04 UTC")), rep.Gateways, rep.Workers, rep.Rate, rep.Seconds, e(rep.Target))
@@ -155,11 +155,17 @@ func lineChart(b *strings.Builder, s ScenarioResult, name, title string, series,
 	for _, m := range s.Modes {
 		path("series", string(m.Mode), series(m), modeColors[m.Mode])
 	}
-	if name == "faults" {
-		for _, ev := range s.Modes[0].Events {
-			ex := padL + ev.At/span*(chartW-padL-padR)
-			fmt.Fprintf(b, `<line class="event" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/><text class="event-label" x="%.1f" y="%d">%s</text>`,
-				ex, ex, padT, chartH-padB, ex+3, padT+10, html.EscapeString(ev.What))
+	if name == "faults" || name == "admitted" {
+		// Each mode's events as lines in its colour (a failover takes
+		// its own time in each run); the first mode's are labelled.
+		for i, m := range s.Modes {
+			for j, ev := range m.Events {
+				ex := padL + ev.At/span*(chartW-padL-padR)
+				fmt.Fprintf(b, `<line class="event" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="%s"/>`, ex, ex, padT, chartH-padB, modeColors[m.Mode])
+				if i == 0 {
+					fmt.Fprintf(b, `<text class="event-label" x="%.1f" y="%d">%s</text>`, ex+3, padT+10+12*(j%3), html.EscapeString(ev.What))
+				}
+			}
 		}
 	}
 	legend(b, s)
