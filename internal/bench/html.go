@@ -163,7 +163,13 @@ func lineChart(b *strings.Builder, s ScenarioResult, name, title string, series,
 				ex := padL + ev.At/span*(chartW-padL-padR)
 				fmt.Fprintf(b, `<line class="event" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="%s"/>`, ex, ex, padT, chartH-padB, modeColors[m.Mode])
 				if i == 0 {
-					fmt.Fprintf(b, `<text class="event-label" x="%.1f" y="%d">%s</text>`, ex+3, padT+10+12*(j%3), html.EscapeString(ev.What))
+					// Past the middle the label reads leftwards, so that it
+					// stays inside the chart.
+					lx, anchor := ex+3, "start"
+					if ex > chartW/2 {
+						lx, anchor = ex-3, "end"
+					}
+					fmt.Fprintf(b, `<text class="event-label" x="%.1f" y="%d" text-anchor="%s">%s</text>`, lx, padT+10+12*(j%3), anchor, html.EscapeString(ev.What))
 				}
 			}
 		}
