@@ -61,11 +61,6 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		if *measureFor <= 0 {
 			return fmt.Errorf("plan: --measure-duration %v: want a positive duration", *measureFor)
 		}
-		for _, name := range []string{"scripts-per-shard", "gateway-rps"} {
-			if given(fs, name) {
-				return fmt.Errorf("plan: --%s and --measure: --measure measures it; give one or the other", name)
-			}
-		}
 		redisCfg, err := redis.Config(os.Getenv)
 		if err != nil {
 			return fmt.Errorf("plan: %w", err)
@@ -76,7 +71,15 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("plan: --measure: %w", err)
 		}
 		measured = &c
-		in.ScriptsPerShard, in.GatewayRPS = c.ScriptsPerShard, c.GatewayRPS
+		// A figure given on the command line wins over the measured one:
+		// a gateway's measured rate leaves out HTTP, and an operator who
+		// measured a whole gateway knows better.
+		if !given(fs, "scripts-per-shard") {
+			in.ScriptsPerShard = c.ScriptsPerShard
+		}
+		if !given(fs, "gateway-rps") {
+			in.GatewayRPS = c.GatewayRPS
+		}
 		if c.StormCallsPerRequest > 0 {
 			in.StormCachedShare = c.StormCallsPerRequestCached
 		}
@@ -88,8 +91,19 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	row := func(what, value, so string) { fmt.Fprintf(w, "%s\t%s\t%s\n", what, value, so) }
 	if measured != nil {
-		row("measured here", fmt.Sprintf("%.0f scripts/s a shard, %.0f decisions/s a gateway", measured.ScriptsPerShard, measured.GatewayRPS),
-			fmt.Sprintf("replace --scripts-per-shard and --gateway-rps: %.1f s runs on this machine, load generator included; a gateway's figure leaves out HTTP", measured.Seconds))
+		var used []string
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"scripts-per-shard", measured.ScriptsPerShard}, {"gateway-rps", measured.GatewayRPS}} {
+			if given(fs, f.name) {
+				used = append(used, fmt.Sprintf("--%s as given (measured %.0f)", f.name, f.v))
+			} else {
+				used = append(used, fmt.Sprintf("--%s measured: %.0f", f.name, f.v))
+			}
+		}
+		row("measured here", strings.Join(used, "; "),
+			fmt.Sprintf("%.1f s runs on this machine, load generator included; a gateway's figure leaves out HTTP (give --gateway-rps from sluice bench --url)", measured.Seconds))
 	}
 	row("gateways", fmt.Sprintf("%d", p.Gateways), fmt.Sprintf("at %.0f%% busy; a limit kept in one gateway's memory is meaningless", p.Inputs.GatewayBusy*100))
 	row("script calls", fmt.Sprintf("%.0f/s", p.ScriptCalls), "one atomic script per Redis call")
