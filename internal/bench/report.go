@@ -82,6 +82,17 @@ type Window struct {
 	Ratio float64 `json:"ratio"`
 }
 
+// LocalPct is the share of answers, in percent, made without Redis: the
+// local fallback, fail-closed refusals and shed requests. Outside a fault
+// it says Redis was judged down anyway (a Redis starved of CPU).
+func (m *ModeResult) LocalPct() float64 {
+	var n int64
+	for _, src := range []string{"local-fallback", "fail-closed", "shed"} {
+		n += m.Sources[src]
+	}
+	return pct(n, m.Requests)
+}
+
 // ErrorCount is the number of failed requests.
 func (m *ModeResult) ErrorCount() int64 {
 	var n int64
@@ -165,7 +176,7 @@ func (r *Report) Check() error {
 // WriteTable writes the summary table: one row per scenario and mode.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\trequests\tthroughput/s\tadmitted\tover %\tunder %\tfocus key %\tin window\tcalls/req\tp50\tp99\tp99.9\terrors\t")
+	fmt.Fprintln(tw, "scenario\tmode\trequests\tthroughput/s\tadmitted\tover %\tunder %\tfocus key %\tin window\tcalls/req\tlocal %\tp50\tp99\tp99.9\terrors\t")
 	for _, s := range r.Scenarios {
 		for _, m := range s.Modes {
 			focus := "-"
@@ -176,9 +187,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if m.Window != nil {
 				window = fmt.Sprintf("%.2fx limit", m.Window.Ratio)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%d\t%.2f\t%.2f\t%s\t%s\t%.3f\t%s\t%s\t%s\t%d\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%d\t%.2f\t%.2f\t%s\t%s\t%.3f\t%.1f\t%s\t%s\t%s\t%d\t\n",
 				s.Name, m.Mode, m.Requests, m.Throughput, m.Admitted, m.OverPct, m.UnderPct, focus, window,
-				m.CallsPerRequest, us(m.P50us), us(m.P99us), us(m.P999us), m.ErrorCount())
+				m.CallsPerRequest, m.LocalPct(), us(m.P50us), us(m.P99us), us(m.P999us), m.ErrorCount())
 		}
 	}
 	return tw.Flush()
