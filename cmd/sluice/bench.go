@@ -20,10 +20,12 @@ import (
 // optionally beside a baseline URL measured in the same run; or with
 // --overhead, the latency a gateway adds to an upstream (runOverhead).
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", "[--redis ADDRS | --url URL [--baseline-url URL]] [flags]", stderr,
+	fs := newFlagSet("bench", "[--redis ADDRS | --url URL [--baseline-url URL] | --fleet (--local | --redis ADDRS)] [flags]", stderr,
 		"Measures decision latency and throughput: of the decision stack called in",
 		"process (counting in memory, or in Redis with --redis), or of a running",
-		"gateway's HTTP endpoint with --url. See docs/benchmarks.md.",
+		"gateway's HTTP endpoint with --url. With --fleet, runs virtual gateways",
+		"through scenarios in each mode and writes a table, JSON and an HTML report.",
+		"See docs/benchmarks.md.",
 	)
 	redis := addRedisFlags(fs)
 	url := fs.String("url", "", "measure HTTP GETs of this URL (a gateway) instead of a store")
@@ -38,15 +40,40 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	overhead := fs.Bool("overhead", false, "measure the latency a gateway adds: the same GETs to --upstream directly and through a gateway started here over the store (--redis), side by side, at half the capacity and at the capacity")
 	upstream := fs.String("upstream", "", "with --overhead: the upstream `URL`, on loopback; empty starts one in this process")
 	at := fs.String("at", "", "with --overhead: pair `rates` a second, comma-separated, instead of half the capacity and the capacity")
+	fleet := fs.Bool("fleet", false, "run the fleet scenarios: --gateways virtual gateways (0 means 4) in this process, each with its own stack and Redis connections, fed round-robin; "+
+		"each mode runs each scenario for --duration; writes a summary, --json and --html (see docs/benchmarks.md, Fleet bench)")
+	var fo fleetOptions
+	fs.StringVar(&fo.scenarios, "scenario", "all", "with --fleet: scenarios to run, comma-separated: steady, hot, storm, pause, outage, regions, lower, or all")
+	fs.StringVar(&fo.modes, "modes", "all", "with --fleet: modes compared on the same traffic, comma-separated: per-request, leases, leases+cache, or all")
+	fs.BoolVar(&fo.local, "local", false, "with --fleet: start redis-server processes here (a standalone server, and a 3-primary cluster for the outage scenario) instead of --redis")
+	fs.BoolVar(&fo.allowRemote, "allow-remote", false, "with --fleet: allow --redis addresses that are not loopback")
+	fs.Float64Var(&fo.offered, "offered", 2000, "with --fleet: requests a `rate` a second offered in each scenario")
+	fs.Uint64Var(&fo.seed, "seed", 1, "with --fleet: seed of the traffic; the same seed gives every mode the same requests")
+	fs.StringVar(&fo.jsonPath, "json", "sluice-bench.json", "with --fleet: write the figures to this `file`; empty writes none")
+	fs.StringVar(&fo.htmlPath, "html", "sluice-bench.html", "with --fleet: write the report with its charts to this self-contained HTML `file`; empty writes none")
+	fs.Float64Var(&fo.maxErrorRate, "max-error-rate", 0.001, "with --fleet: the run fails when more than this share of requests fail (errors are counted by kind either way)")
 	var pcfg pipeline.Config
 	addPipelineFlags(fs, &pcfg)
-	fs.Lookup("gateways").Usage = "store mode: `number` of gateways the measured stack is sized for (leases, the local fallback); 0 means 1"
+	fs.Lookup("gateways").Usage = "store mode: `number` of gateways the measured stack is sized for (leases, the local fallback); 0 means 1. " +
+		"With --fleet: virtual gateways fed round-robin; 0 means 4"
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	redisCfg, err := redis.Config(os.Getenv)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
+	}
+	if *fleet {
+		if !(fo.offered > 0) {
+			return fmt.Errorf("bench: --offered %v: want a positive rate", fo.offered)
+		}
+		if *duration <= 0 {
+			return fmt.Errorf("bench: --duration %v: a fleet run must be bounded; want a positive duration", *duration)
+		}
+		pcfg.Redis = redisCfg
+		fo.pipeline, fo.workers, fo.duration = pcfg, *concurrency, *duration
+		fo.command = "sluice bench " + strings.Join(args, " ")
+		return runFleet(ctx, fo, stdout, stderr)
 	}
 	if *overhead {
 		rates, err := parseRates(*at)

@@ -9,24 +9,52 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/sluice-rl/sluice/limit"
 )
+
+// BytesPerKey is the Redis memory of one key's state for one limit, by
+// algorithm: the used_memory growth per key measured over a million keys
+// shaped as the gateway's (docs/algorithms.md, "k:" keys, 1,000 a minute),
+// so it includes the key, the expiry entry and the tables' free slots.
+var BytesPerKey = map[limit.Algorithm]float64{
+	limit.TokenBucket:   196,
+	limit.GCRA:          170,
+	limit.SlidingWindow: 202,
+	limit.FixedWindow:   202,
+}
+
+// BytesPerLogEntry is the Redis memory of one sliding_log entry, from the
+// same measurement: 10.6 GB for a million keys of 1,000 entries (Redis
+// packs a list's integers into listpacks).
+const BytesPerLogEntry = 10.6
+
+// StormFactor is how many times its limit a retry storm asks, as the
+// reference design's stress test has it.
+const StormFactor = 300
 
 // Inputs are the figures a plan starts from. The zero value of each field
 // means the default shown in its comment, which are the reference design's
 // assumptions.
 type Inputs struct {
-	PeakRPS          float64 // API requests a second at peak; 1,000,000
-	GatewayRPS       float64 // requests a second one gateway handles; 5,000
-	GatewayBusy      float64 // target utilisation of the gateway fleet; 0.6
-	RedisShare       float64 // share of requests that call Redis; 1 (0.1 with leases)
-	ScriptsPerShard  float64 // limiter scripts a second one shard runs safely; 50,000
-	ActiveKeys       float64 // API keys active in an hour; 1,000,000
-	RulesPerKey      float64 // limits per key; 2
-	BytesPerBucket   float64 // Redis memory of one bucket; 100
-	LimitPerMinute   float64 // a typical limit, requests a minute; 1,000
-	BytesPerLogEntry float64 // Redis memory of one sliding-log entry; 80
-	BytesPerCall     float64 // request and reply of one script call; 250
-	BusyKeyRPS       float64 // the limit of the busiest key, a second; 100,000
+	PeakRPS          float64         // API requests a second at peak; 1,000,000
+	GatewayRPS       float64         // requests a second one gateway handles; 5,000
+	GatewayBusy      float64         // target utilisation of the gateway fleet; 0.6
+	RedisShare       float64         // share of requests that call Redis; 1 (0.1 with leases)
+	ScriptsPerShard  float64         // limiter scripts a second one shard runs safely; 50,000
+	ActiveKeys       float64         // API keys active in an hour; 1,000,000
+	RulesPerKey      float64         // limits per key; 2
+	Algorithm        limit.Algorithm // how the limits count; token_bucket
+	BytesPerBucket   float64         // Redis memory of one key's limit; BytesPerKey[Algorithm]
+	LimitPerMinute   float64         // a typical limit, requests a minute; 1,000
+	BytesPerLogEntry float64         // Redis memory of one sliding-log entry; the package's BytesPerLogEntry
+	BytesPerCall     float64         // request and reply of one script call; 250
+	BusyKeyRPS       float64         // the limit of the busiest key, a second; 100,000
+	// StormCachedShare is Redis calls per request of a retry storm with
+	// the refusal cache, as measured (bench.Capacity); zero means the
+	// model: each gateway asks about once per lease lookahead (100 ms)
+	// while the key is refused, plus the batches its limit admits.
+	StormCachedShare float64
 }
 
 // Plan is what the inputs imply.
@@ -48,8 +76,17 @@ type Plan struct {
 	// share of 100 ms of the limit.
 	LeaseBatch int
 	// BusyKeyCalls is the script calls a second the busiest key costs its
-	// shard with leases (without them it is BusyKeyRPS).
-	BusyKeyCalls float64
+	// shard with leases (without them it is BusyKeyRPS); BusyKeyLoad is
+	// that as a share of what one shard runs (ScriptsPerShard). A key
+	// lives on one shard, so no number of shards spreads it.
+	BusyKeyCalls, BusyKeyLoad float64
+	// StormCalls and StormCallsCached are the script calls a second a
+	// retry storm at StormFactor times the busiest key's limit costs
+	// without the refusal cache (every retry asks) and with it.
+	StormCalls, StormCallsCached float64
+	// MemoryByAlgorithm is the Redis memory of every key's limits under
+	// each algorithm; the sliding log counts LimitPerMinute entries a key.
+	MemoryByAlgorithm map[limit.Algorithm]float64
 }
 
 func orDefault(v, d float64) float64 {
@@ -69,9 +106,19 @@ func Compute(in Inputs) (Plan, error) {
 	in.ScriptsPerShard = orDefault(in.ScriptsPerShard, 50_000)
 	in.ActiveKeys = orDefault(in.ActiveKeys, 1_000_000)
 	in.RulesPerKey = orDefault(in.RulesPerKey, 2)
-	in.BytesPerBucket = orDefault(in.BytesPerBucket, 100)
+	if in.Algorithm == "" {
+		in.Algorithm = limit.TokenBucket
+	}
+	if !in.Algorithm.Known() {
+		return Plan{}, fmt.Errorf("capacity: algorithm %q: want one of %v", in.Algorithm, limit.Algorithms)
+	}
 	in.LimitPerMinute = orDefault(in.LimitPerMinute, 1_000)
-	in.BytesPerLogEntry = orDefault(in.BytesPerLogEntry, 80)
+	in.BytesPerLogEntry = orDefault(in.BytesPerLogEntry, BytesPerLogEntry)
+	if in.Algorithm == limit.SlidingLog {
+		in.BytesPerBucket = orDefault(in.BytesPerBucket, in.LimitPerMinute*in.BytesPerLogEntry)
+	} else {
+		in.BytesPerBucket = orDefault(in.BytesPerBucket, BytesPerKey[in.Algorithm])
+	}
 	in.BytesPerCall = orDefault(in.BytesPerCall, 250)
 	in.BusyKeyRPS = orDefault(in.BusyKeyRPS, 100_000)
 	for _, f := range []struct {
@@ -93,6 +140,9 @@ func Compute(in Inputs) (Plan, error) {
 	if !(in.RedisShare > 0 && in.RedisShare <= 1) {
 		return Plan{}, fmt.Errorf("capacity: redis-share is %v, want a share in (0, 1]", in.RedisShare)
 	}
+	if !(in.StormCachedShare >= 0 && in.StormCachedShare <= 1) {
+		return Plan{}, fmt.Errorf("capacity: storm cached share is %v, want a share in [0, 1]", in.StormCachedShare)
+	}
 	p := Plan{Inputs: in}
 	p.Gateways = int(math.Ceil(in.PeakRPS / (in.GatewayRPS * in.GatewayBusy)))
 	p.ScriptCalls = in.PeakRPS * in.RedisShare
@@ -104,5 +154,16 @@ func Compute(in Inputs) (Plan, error) {
 	p.Bandwidth = p.ScriptCalls * in.BytesPerCall
 	p.LeaseBatch = max(1, int(in.BusyKeyRPS/float64(p.Gateways)/10))
 	p.BusyKeyCalls = in.BusyKeyRPS / float64(p.LeaseBatch)
+	p.BusyKeyLoad = p.BusyKeyCalls / in.ScriptsPerShard
+	p.StormCalls = StormFactor * in.BusyKeyRPS
+	if in.StormCachedShare > 0 {
+		p.StormCallsCached = p.StormCalls * in.StormCachedShare
+	} else {
+		p.StormCallsCached = float64(p.Gateways)*10 + p.BusyKeyCalls
+	}
+	p.MemoryByAlgorithm = map[limit.Algorithm]float64{limit.SlidingLog: in.ActiveKeys * in.RulesPerKey * in.LimitPerMinute * in.BytesPerLogEntry}
+	for a, b := range BytesPerKey {
+		p.MemoryByAlgorithm[a] = in.ActiveKeys * in.RulesPerKey * b
+	}
 	return p, nil
 }

@@ -1,10 +1,12 @@
 package capacity_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/sluice-rl/sluice/internal/capacity"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // The reference design's own figures: 1M requests a second at peak.
@@ -21,8 +23,13 @@ func TestReferenceFigures(t *testing.T) {
 		{"script calls", p.ScriptCalls, 1_000_000},
 		{"shards", float64(p.Shards), 20},
 		{"shards with room", float64(p.ShardsWithRoom), 32},
-		{"bucket memory", p.BucketBytes, 200e6},
-		{"sliding log memory", p.LogBytes, 80e9},
+		{"bucket memory (token bucket, 196 B measured)", p.BucketBytes, 392e6},
+		{"sliding log memory (10.6 B an entry measured)", p.LogBytes, 10.6e9},
+		{"gcra memory", p.MemoryByAlgorithm[limit.GCRA], 340e6},
+		{"busy key's calls", p.BusyKeyCalls, 100_000.0 / 29},
+		{"busy key's shard load", p.BusyKeyLoad, 100_000.0 / 29 / 50_000},
+		{"storm without the refusal cache", p.StormCalls, 30e6},
+		{"storm with it (model)", p.StormCallsCached, 3340 + 100_000.0/29},
 		{"bandwidth", p.Bandwidth, 250e6},
 		{"lease batch", float64(p.LeaseBatch), 29},
 	}
@@ -55,10 +62,41 @@ func TestBadInputsNamed(t *testing.T) {
 		{capacity.Inputs{PeakRPS: -1}, "peak-rps"},
 		{capacity.Inputs{GatewayBusy: 1.5}, "gateway-busy"},
 		{capacity.Inputs{RedisShare: 2}, "redis-share"},
+		{capacity.Inputs{Algorithm: "leaky"}, `"leaky"`},
+		{capacity.Inputs{StormCachedShare: -0.5}, "storm cached share"},
 	}
 	for _, tt := range tests {
 		if _, err := capacity.Compute(tt.in); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Compute(%+v): error %v, want one naming %s", tt.in, err, tt.want)
 		}
+	}
+}
+
+func TestMemoryFollowsTheAlgorithm(t *testing.T) {
+	tests := []struct {
+		alg  limit.Algorithm
+		want float64
+	}{
+		{limit.TokenBucket, 392e6}, {limit.GCRA, 340e6}, {limit.SlidingWindow, 404e6},
+		{limit.FixedWindow, 404e6}, {limit.SlidingLog, 1e6 * 2 * 1000 * 10.6},
+	}
+	for _, tt := range tests {
+		p, err := capacity.Compute(capacity.Inputs{Algorithm: tt.alg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(p.BucketBytes-tt.want) > 1 {
+			t.Errorf("%s: bucket memory %v, want %v", tt.alg, p.BucketBytes, tt.want)
+		}
+	}
+}
+
+func TestMeasuredStormShare(t *testing.T) {
+	p, err := capacity.Compute(capacity.Inputs{StormCachedShare: 0.02})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.StormCallsCached != 0.02*p.StormCalls {
+		t.Errorf("storm with the cache: %v calls/s, want 2%% of %v", p.StormCallsCached, p.StormCalls)
 	}
 }
