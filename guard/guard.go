@@ -146,14 +146,11 @@ type Config struct {
 	// enforces the limit alone, because traffic is never spread perfectly
 	// evenly. Zero means 2.
 	Slack float64
-	// Gateways is the fleet size used when Fleet is nil or does not know.
-	// Zero means 1.
-	Gateways int
-	// Fleet, if set, reports the current number of gateways (from the rules
-	// service); a result below 1 means unknown, and Gateways is used. A
-	// shard's local fallback reads it once, at its first local answer, and
-	// keeps that size until a call to the shard succeeds again.
-	Fleet func() int
+	// Fleet is how many gateways share the limits: while a node is down
+	// each enforces slack / size of every limit. A shard's local fallback
+	// reads its size once, at its first local answer, and keeps it until a
+	// call to the shard succeeds again. The zero value is a fleet of one.
+	Fleet limit.Fleet
 	// Shard names the shard that holds key's limits. One breaker serves
 	// each name. Nil means the remote's Node method when it is a [Nodes],
 	// else every key in one shard.
@@ -210,8 +207,7 @@ type Store struct {
 	tripAfter    int
 	pause        time.Duration
 	slack        float64
-	gateways     int
-	fleet        func() int
+	fleet        limit.Fleet
 	shardOf      func(string) string
 	stalled      func(string, time.Duration) bool
 	now          func() time.Time
@@ -255,6 +251,9 @@ var _ limit.Granter = (*Store)(nil)
 // New returns a Store guarding remote. It returns an error for a negative or
 // otherwise unusable Config field.
 func New(remote limit.Store, cfg Config) (*Store, error) {
+	if err := cfg.Fleet.Validate(); err != nil {
+		return nil, fmt.Errorf("guard: %w", err)
+	}
 	switch {
 	case remote == nil:
 		return nil, errors.New("guard: remote store is nil")
@@ -273,15 +272,13 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("guard: pause %v is negative", cfg.Pause)
 	case cfg.Slack < 0 || math.IsNaN(cfg.Slack) || math.IsInf(cfg.Slack, 0):
 		return nil, fmt.Errorf("guard: slack %v must be a positive number", cfg.Slack)
-	case cfg.Gateways < 0:
-		return nil, fmt.Errorf("guard: %d gateways: must not be negative", cfg.Gateways)
 	case cfg.RefreshEvery < 0:
 		return nil, fmt.Errorf("guard: refresh every %v: must not be negative", cfg.RefreshEvery)
 	}
 	s := &Store{
 		remote: remote, timeout: cmp.Or(cfg.Timeout, DefaultTimeout), maxQueue: cmp.Or(cfg.MaxQueue, DefaultMaxQueue),
 		tripAfter: cmp.Or(cfg.TripAfter, DefaultTripAfter), pause: cmp.Or(cfg.Pause, DefaultPause),
-		slack: cmp.Or(cfg.Slack, DefaultSlack), gateways: max(cfg.Gateways, 1), fleet: cfg.Fleet,
+		slack: cmp.Or(cfg.Slack, DefaultSlack), fleet: cfg.Fleet,
 		shardOf: cfg.Shard, stalled: cfg.Stalled, now: cfg.Now, onTransition: cfg.OnTransition, log: cfg.Logger,
 		refresh: cfg.Refresh, refreshEvery: cmp.Or(cfg.RefreshEvery, 500*time.Millisecond),
 	}
@@ -338,7 +335,7 @@ func (s *Store) Close() {
 func (s *Store) Config() Config {
 	return Config{
 		Timeout: s.timeout, DownAfter: s.downAfter, MaxQueue: s.maxQueue, TripAfter: s.tripAfter, Pause: s.pause,
-		Slack: s.slack, Gateways: s.gateways, Fleet: s.fleet, Shard: s.shardOf, Refresh: s.refresh,
+		Slack: s.slack, Fleet: s.fleet, Shard: s.shardOf, Refresh: s.refresh,
 		RefreshEvery: s.refreshEvery, Stalled: s.stalled, Now: s.now, OnTransition: s.onTransition, Logger: s.log,
 	}
 }
@@ -398,8 +395,14 @@ func (s *Store) anyOpen() bool {
 
 // Take implements limit.Store. The Decision's Source says which path
 // answered: limit.FromRedis (the remote's own answer, whatever store it
-// is), FromLocalFallback, FromFailClosed or FromShed. It returns an error
-// only for an invalid request; when ctx is done before the call or
+// is), FromLocalFallback, FromFailClosed or FromShed.
+//
+// req must be valid (limit.Request.Validate): the guard does not check it
+// again, and its local fallback answers it as given. The layer on top
+// (pipeline.Pipeline) validates each request once; a remote that refuses
+// an invalid request anyway (limit.ErrInvalid) fails only that request.
+//
+// It returns an error when ctx is done before the call or
 // cancelled during it; for a FailClosed limit whose shard cannot answer
 // (wrapping ErrUnavailable); for a request shed because this process could
 // not get the answer in time (wrapping ErrShed); and for an error the
@@ -419,8 +422,6 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // Decision still names the limit that refused and the wait until the shard
 // is probed again. Errors are as Take's.
 func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
-	// The request is validated where it is answered: by the remote, or
-	// before a local answer (fallback), not once more here.
 	if want < 1 {
 		return 0, limit.Decision{}, fmt.Errorf("guard: want %d tokens: must be at least 1", want)
 	}
@@ -752,13 +753,9 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 		}
 		return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w: %w", l.Name, sh.name, ErrUnavailable, cause)
 	}
-	if err := req.Validate(); err != nil {
-		// The remote validates what it is asked; a local answer must too.
-		return 0, limit.Decision{}, err
-	}
 	sh.mu.Lock()
 	if sh.fleet == 0 {
-		sh.fleet = s.fleetSize()
+		sh.fleet = s.fleet.Size()
 	}
 	part := share(s.slack, sh.fleet)
 	sh.mu.Unlock()
@@ -799,16 +796,6 @@ func (s *Store) seed(lw lastWord, req, local *limit.Request, part float64) {
 		s.local.TakeUpToAt(lw.at, &one, cost)
 		return
 	}
-}
-
-// fleetSize is the current number of gateways, at least 1.
-func (s *Store) fleetSize() int {
-	if s.fleet != nil {
-		if n := s.fleet(); n >= 1 {
-			return n
-		}
-	}
-	return s.gateways
 }
 
 func (s *Store) shard(key string) *shard {

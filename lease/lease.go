@@ -33,6 +33,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,12 +52,9 @@ import (
 
 // Config configures a Store. The zero value gives the defaults.
 type Config struct {
-	// Gateways is the fleet size used when Fleet is nil or does not know.
-	// Zero means 1.
-	Gateways int
-	// Fleet, if set, reports the current number of gateways (from the rules
-	// service); a result below 1 means unknown, and Gateways is used.
-	Fleet func() int
+	// Fleet is how many gateways share the limits: each leases its share
+	// of a batch. The zero value is a fleet of one.
+	Fleet limit.Fleet
 	// Lookahead is how much of a limit's time one batch holds: a gateway
 	// leases rate × Lookahead / gateways tokens at once. Zero means 100ms.
 	Lookahead time.Duration
@@ -80,8 +78,7 @@ type Config struct {
 // refill leases in the background; Close stops them.
 type Store struct {
 	inner     limit.Granter
-	gateways  int
-	fleet     func() int
+	fleet     limit.Fleet
 	lookahead time.Duration
 	ttl       int64 // ms
 	idle      int64 // ms
@@ -121,21 +118,22 @@ var _ limit.Store = (*Store)(nil)
 
 // New returns a Store drawing from inner.
 func New(inner limit.Granter, cfg Config) (*Store, error) {
+	if err := cfg.Fleet.Validate(); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
 	switch {
 	case inner == nil:
 		return nil, errors.New("lease: inner store is nil")
-	case cfg.Gateways < 0:
-		return nil, fmt.Errorf("lease: %d gateways: must not be negative", cfg.Gateways)
 	case cfg.Lookahead < 0 || cfg.TTL < 0 || cfg.Idle < 0:
 		return nil, fmt.Errorf("lease: negative duration (lookahead %v, ttl %v, idle %v)", cfg.Lookahead, cfg.TTL, cfg.Idle)
 	case cfg.Lookahead > 0 && cfg.Lookahead < time.Millisecond:
 		return nil, fmt.Errorf("lease: lookahead %v is shorter than 1ms", cfg.Lookahead)
 	}
 	s := &Store{
-		inner: inner, gateways: max(cfg.Gateways, 1), fleet: cfg.Fleet,
-		lookahead: orDefault(cfg.Lookahead, 100*time.Millisecond),
-		ttl:       orDefault(cfg.TTL, time.Second).Milliseconds(),
-		idle:      orDefault(cfg.Idle, 5*time.Second).Milliseconds(),
+		inner: inner, fleet: cfg.Fleet,
+		lookahead: cmp.Or(cfg.Lookahead, 100*time.Millisecond),
+		ttl:       cmp.Or(cfg.TTL, time.Second).Milliseconds(),
+		idle:      cmp.Or(cfg.Idle, 5*time.Second).Milliseconds(),
 		now:       cfg.Now, log: cfg.Logger,
 		seed: maphash.MakeSeed(), shards: make([]shard, shardCount),
 		demand: make([]slot, demandSlots),
@@ -159,13 +157,6 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
 // Close stops background refills, waiting for those in flight, and drops
 // nothing else: leased tokens are still spent until they expire, and later
 // misses call the inner store directly. Close is idempotent.
@@ -185,6 +176,11 @@ func (s *Store) Close() {
 // limits are checked on every request.
 // Errors are the inner store's, including its fail-closed refusals.
 //
+// req must be valid (limit.Request.Validate): the lease store does not
+// check it again, and a busy key's request may be answered from memory
+// without reaching a store that would. The layer on top
+// (pipeline.Pipeline) validates each request once.
+//
 // A lease-served answer's Remaining is the shared store's count at its last
 // grant plus the tokens this gateway still holds: the best it knows without
 // asking.
@@ -194,12 +190,7 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
 	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
-		// req goes to the inner store as it is, and the inner store
-		// validates it (every store in sluice does).
 		return s.takeQuiet(ctx, req, h, sl)
-	}
-	if err := req.Validate(); err != nil {
-		return limit.Decision{}, err
 	}
 	if req.HasShadow() {
 		// A token spent from memory would say nothing of the shadow
@@ -430,18 +421,8 @@ func (s *Store) batch(req *limit.Request) int64 {
 		rate = min(rate, float64(l.Count)/l.Period.Seconds())
 		burst = min(burst, l.EffectiveBurst())
 	}
-	n := int64(rate * s.lookahead.Seconds() / float64(s.fleetSize()))
+	n := int64(rate * s.lookahead.Seconds() / float64(s.fleet.Size()))
 	return max(1, min(n, burst))
-}
-
-// fleetSize is the current number of gateways, at least 1.
-func (s *Store) fleetSize() int {
-	if s.fleet != nil {
-		if n := s.fleet(); n >= 1 {
-			return n
-		}
-	}
-	return s.gateways
 }
 
 // entry returns req's entry, making it if need be; h is its key's hash and

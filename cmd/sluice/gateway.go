@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -107,7 +108,7 @@ func checkStoreTimeout(opts gatewayOptions) error {
 	if len(opts.Redis.Addrs) == 0 || opts.StoreTimeout == 0 {
 		return nil
 	}
-	rt := cmp.Or(opts.Pipeline.Timeout, pipeline.Defaults.Timeout)
+	rt := cmp.Or(opts.Pipeline.Guard.Timeout, guard.DefaultTimeout)
 	if opts.StoreTimeout <= rt {
 		return fmt.Errorf("--store-timeout %v is not above --redis-timeout %v: with --redis, --redis-timeout bounds each Redis call "+
 			"(then the request is limited locally); set --store-timeout above it, or leave it unset", opts.StoreTimeout, rt)
@@ -158,7 +159,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	storeInUse := false
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
-	pcfg.Fleet = fleetSize(src, regionOf(opts))
+	pcfg.Fleet.Count = fleetSize(src, regionOf(opts))
 	if pcfg.Shares, err = shareConfig(opts); err != nil {
 		return err
 	}
