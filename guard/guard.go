@@ -113,10 +113,11 @@ type Config struct {
 	// Timeout is how long a call may wait on the shared store before the
 	// Store asks whether the call's node is answering. Zero means 5ms: a
 	// Redis call takes well under a millisecond. Past it the call waits on,
-	// checked again every half Timeout, while its node is merely slow,
-	// paused or this process is busy; once the node has owed replies and
-	// sent nothing for DownAfter (Watcher.Stalled), it is down: its
-	// breaker opens at once and its calls are answered locally. A store
+	// looked at again every half Timeout (at most every 1ms), while its
+	// node is merely slow, paused or this process is busy; once the node
+	// has owed replies and sent nothing for DownAfter (Watcher.Stalled),
+	// it is down: its breaker opens at once and its calls are answered
+	// locally. A store
 	// that is not a Watcher cannot tell a slow node from a busy process:
 	// its calls fail at Timeout, and TripAfter failures in a row open the
 	// breaker.
@@ -194,8 +195,9 @@ const (
 
 // Store is a limit.Granter that guards a shared store with deadlines,
 // per-node breakers and a local fallback. It is safe for concurrent use.
-// With a refresher (Config.Refresh, or a remote that is a Refresher) it
-// owns one goroutine, which Close stops.
+// It owns the goroutine that watches calls in flight (running while there
+// are calls), and with a refresher (Config.Refresh, or a remote that is a
+// Refresher) one more; Close stops both.
 type Store struct {
 	remote       limit.Store
 	granter      limit.Granter // remote, when it can grant up to N; else nil
@@ -222,9 +224,13 @@ type Store struct {
 	stop         context.CancelFunc // ends the refresher; nil without one
 	done         chan struct{}      // closed when the refresher has ended
 
-	// dogs holds watchdogs (and their timers) of calls that ended before
-	// their first look, for reuse.
-	dogs sync.Pool
+	// The watcher of calls in flight (watch.go).
+	calls    sync.Pool      // *call, for reuse
+	watchMu  sync.Mutex     // guards closed, and starting the watcher
+	closed   bool           // Close has run; guarded by watchMu
+	watching atomic.Bool    // a watcher runs; set under watchMu
+	quit     chan struct{}  // closed by Close: the watcher stops
+	watchers sync.WaitGroup // the watcher, while it runs
 
 	// shards maps a shard's name to its *shard. It never shrinks: one
 	// entry per node ever seen. A sync.Map, so requests to different nodes
@@ -237,6 +243,9 @@ type shard struct {
 	name string
 	mu   sync.Mutex
 	b    breaker // guarded by mu
+	// head and tail are the calls in flight to the shard, oldest first.
+	// Guarded by mu.
+	head, tail *call
 	// fleet is the fleet size the local fallback divides limits by, fixed
 	// at the shard's first local answer until a call succeeds again; 0
 	// before. Guarded by mu. A scaled limit's period depends on the share
@@ -299,6 +308,7 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.quit = make(chan struct{})
 	s.local = memstore.New(memstore.Config{Now: s.now})
 	s.words = newLastWords()
 	m, err := newMetrics(cfg.Registerer)
@@ -319,10 +329,13 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the background refresher, if any, and waits for it. The
-// Store still answers afterwards; breakers just keep the node names they
-// have. Close is idempotent.
+// Close stops the watcher of calls in flight, once the calls already made
+// have ended, and the background refresher, if any, and waits for them.
+// The Store still answers afterwards: breakers keep the node names they
+// have, and a call waits for the remote's answer or its caller's
+// deadline, unwatched. Close is idempotent.
 func (s *Store) Close() {
+	s.stopWatcher()
 	if s.stop != nil {
 		s.stop()
 		<-s.done
@@ -506,26 +519,24 @@ const (
 	gaveUp                  // the caller cancelled: nothing is known
 )
 
-// Why a watchdog ended a call: the deadline of a store that cannot say
-// whether its node answers; the node silent for DownAfter, or its breaker
-// opened by other calls; the call waiting Timeout and MaxQueue out while
-// the node answered others. The first two wrap context.DeadlineExceeded:
-// for the remote, whose call they cancel, a deadline passed.
-var (
-	errDeadline = fmt.Errorf("guard: %w", context.DeadlineExceeded)
-	errDown     = fmt.Errorf("%w: the node owes replies and has sent nothing", context.DeadlineExceeded)
-	errQueued   = errors.New("waited too long in this process while the node answered")
-)
-
 // ask makes one call to the remote, watched: past Timeout the call waits
 // while its node answers or is merely slow, up to MaxQueue more, and ends
 // when the node is judged down.
 func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int64) (int64, limit.Decision, error, verdict) {
-	node := sh.name
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	w := s.watchdog(sh, cancel)
-
+	c := s.begin(ctx, sh)
+	var cctx context.Context = c
+	if c == nil {
+		cctx = ctx
+	} else {
+		defer func() {
+			// A remote that panics (recovered above, as net/http does)
+			// must not leave its call listed, watched forever.
+			if r := recover(); r != nil {
+				s.finish(c)
+				panic(r)
+			}
+		}()
+	}
 	var (
 		granted int64
 		d       limit.Decision
@@ -539,36 +550,30 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	} else {
 		granted, d, err = s.granter.TakeUpTo(cctx, req, want)
 	}
-	w.done.Store(true)
-	stopped := w.timer.Load().Stop()
-	began := w.start
-	if w.waited.Load() {
-		s.metrics.queued(time.Since(began))
+	why, began := running, time.Time{} // began: zero for an unwatched call
+	if c != nil {
+		var waited bool
+		began = c.start
+		if why, waited = s.finish(c); waited {
+			s.metrics.queued(time.Since(began))
+		}
 	}
-	if stopped && !w.fired.Load() {
-		// The watchdog never looked, and never will: the next call may
-		// have it. (A watchdog that is reused and then fires reads the
-		// fields set for its new call: watchdog sets them before
-		// storing done, which fire loads first.)
-		w.sh, w.cancel = nil, nil
-		s.dogs.Put(w)
-	}
-	w = nil
 	if err == nil {
 		return granted, d, nil, ok
 	}
-	switch cause := context.Cause(cctx); {
+	switch {
 	case errors.Is(err, limit.ErrInvalid):
 		// Refused before any I/O: nothing is known about the node, even
-		// when the watchdog fired before this goroutine ran again.
+		// when the watcher ended the call before this goroutine ran again.
 		return 0, d, err, invalid
 	case errors.Is(err, limit.ErrBadReply):
 		return 0, d, err, answered
-	case errors.Is(cause, errDeadline):
-		return 0, d, fmt.Errorf("no answer in %v: %w (%w)", s.timeout, errDeadline, err), ok
-	case errors.Is(cause, errDown):
-		return 0, d, fmt.Errorf("guard: node %q down after %v: %w", node, time.Since(began).Round(time.Millisecond), errDown), down
-	case errors.Is(cause, errQueued):
+	case why == endTimeout:
+		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.timeout, context.DeadlineExceeded, err), ok
+	case why == endDown:
+		return 0, d, fmt.Errorf("guard: node %q down after %v: %w: the node owes replies and has sent nothing",
+			sh.name, time.Since(began).Round(time.Millisecond), context.DeadlineExceeded), down
+	case why == endQueued:
 		return 0, d, err, shed
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller cancelled (its client went away): that says nothing
@@ -579,95 +584,12 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 		// answering kept it waiting: that counts against the node, or a
 		// caller deadline shorter than Timeout would keep a hung node's
 		// breaker closed forever. One that is answering did not.
-		if s.stalled != nil && !s.stalled(node, min(s.downAfter, time.Since(began))) {
+		if s.stalled != nil && !s.stalled(sh.name, min(s.downAfter, time.Since(began))) {
 			return 0, d, err, shed
 		}
 		return 0, d, err, ok
 	}
 	return 0, d, err, ok
-}
-
-// watchdog ends one remote call that runs past the Store's Timeout when
-// its node is down, or when it has waited MaxQueue more while its node
-// answered others.
-type watchdog struct {
-	s      *Store
-	sh     *shard
-	start  time.Time
-	cancel context.CancelCauseFunc
-	timer  atomic.Pointer[time.Timer] // set before the timer is armed
-	due    atomic.Int64               // when the timer should fire, as time.Since(start)
-	done   atomic.Bool                // the call has returned
-	waited atomic.Bool                // the call ran past Timeout with its node answering
-	fired  atomic.Bool                // fire has run for this call
-}
-
-// watchdog returns a watchdog for a call to sh that cancel ends, armed for
-// Timeout. A call that ends before Timeout, as almost every call does,
-// returns it to the Store's pool with its timer, so a healthy node's calls
-// allocate neither.
-func (s *Store) watchdog(sh *shard, cancel context.CancelCauseFunc) *watchdog {
-	w, _ := s.dogs.Get().(*watchdog)
-	if w == nil {
-		w = &watchdog{s: s}
-		w.timer.Store(time.AfterFunc(time.Duration(math.MaxInt64), w.fire))
-	}
-	w.sh, w.start, w.cancel = sh, time.Now(), cancel
-	w.done.Store(false)
-	w.waited.Store(false)
-	w.arm(s.timeout)
-	return w
-}
-
-// arm sets the timer to fire after d.
-func (w *watchdog) arm(d time.Duration) {
-	w.due.Store(int64(time.Since(w.start) + d))
-	w.timer.Load().Reset(d)
-}
-
-// fire runs when the call has waited Timeout, and again every half
-// Timeout while it waits.
-func (w *watchdog) fire() {
-	w.fired.Store(true)
-	if w.done.Load() {
-		return
-	}
-	s := w.s
-	if s.stalled == nil {
-		w.cancel(errDeadline)
-		return
-	}
-	step := max(s.timeout/2, time.Microsecond)
-	left := s.timeout + s.maxQueue - time.Since(w.start)
-	if late := time.Since(w.start) - time.Duration(w.due.Load()); late > step && left > 0 {
-		// This process did not run for a while (the machine or its
-		// scheduler held it): the node's silence over that time may be
-		// ours too. Look again once running on time.
-		w.arm(min(step, left))
-		return
-	}
-	if s.stalled(w.sh.name, s.downAfter) {
-		w.cancel(errDown)
-		return
-	}
-	w.sh.mu.Lock()
-	open := w.sh.b.state == Open
-	w.sh.mu.Unlock()
-	if open {
-		// Other calls found the node down meanwhile. (A half-open
-		// breaker's probe is this call or another one: it decides.)
-		w.cancel(errDown)
-		return
-	}
-	if !s.stalled(w.sh.name, step) {
-		// The node is answering: this call waits in this process.
-		w.waited.Store(true)
-	}
-	if left <= 0 {
-		w.cancel(errQueued)
-		return
-	}
-	w.arm(min(step, left))
 }
 
 // trip opens sh's breaker at once: its node has been silent for DownAfter
