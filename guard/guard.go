@@ -243,6 +243,7 @@ type shard struct {
 	name string
 	mu   sync.Mutex
 	b    breaker // guarded by mu
+	m    shardMetrics
 	// head and tail are the calls in flight to the shard, oldest first.
 	// Guarded by mu.
 	head, tail *call
@@ -604,7 +605,7 @@ func (s *Store) trip(sh *shard, err error) {
 		sh.b.probing = false
 	}
 	sh.mu.Unlock()
-	s.metrics.failure(sh.name, true)
+	sh.m.failure(true)
 	if from != Open {
 		s.transitioned(sh, from, Open, err)
 	}
@@ -621,7 +622,7 @@ func (s *Store) record(sh *shard, probe bool, err error) (time.Time, State) {
 	}
 	sh.mu.Unlock()
 	if err != nil {
-		s.metrics.failure(sh.name, isTimeout(err))
+		sh.m.failure(isTimeout(err))
 	}
 	if from != to {
 		s.transitioned(sh, from, to, err)
@@ -668,7 +669,7 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 			cause = sh.b.cause
 		}
 		sh.mu.Unlock()
-		s.metrics.fallback(limit.FromFailClosed, false)
+		s.metrics.fallback(true, false)
 		d := limit.Decision{Index: i, RetryAfter: wait, Source: limit.FromFailClosed}
 		if cause == nil {
 			return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w", l.Name, sh.name, ErrUnavailable)
@@ -694,7 +695,7 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 	// a local answer must read as one wherever it is spent.
 	granted, d := s.local.TakeUpToAt(ms, &local, req.EffectiveCost())
 	d.Source = limit.FromLocalFallback
-	s.metrics.fallback(limit.FromLocalFallback, d.Allowed)
+	s.metrics.fallback(false, d.Allowed)
 	return granted, d, nil
 }
 
@@ -728,10 +729,7 @@ func (s *Store) shard(key string) *shard {
 	if v, ok := s.shards.Load(name); ok {
 		return v.(*shard)
 	}
-	v, loaded := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}})
-	if !loaded {
-		s.metrics.known(name)
-	}
+	v, _ := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}, m: s.metrics.known(name)})
 	return v.(*shard)
 }
 
