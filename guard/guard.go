@@ -199,38 +199,24 @@ const (
 // are calls), and with a refresher (Config.Refresh, or a remote that is a
 // Refresher) one more; Close stops both.
 type Store struct {
-	remote       limit.Store
-	granter      limit.Granter // remote, when it can grant up to N; else nil
-	local        *memstore.Store
-	words        *lastWords // what the remote last said of each recent key
-	timeout      time.Duration
-	downAfter    time.Duration
-	maxQueue     time.Duration
-	tripAfter    int
-	pause        time.Duration
-	slack        float64
-	fleet        limit.Fleet
-	shardOf      func(string) string
-	stalled      func(string, time.Duration) bool
-	now          func() time.Time
-	onTransition func(string, State, State, error)
-	log          *slog.Logger
-	metrics      *metrics
-	lister       Lister // nil unless the remote names its nodes and cfg.Shard is nil
+	remote  limit.Store
+	granter limit.Granter // remote, when it can grant up to N; else nil
+	local   *memstore.Store
+	words   *lastWords // what the remote last said of each recent key
+	cfg     Config     // defaults filled in; no Registerer
+	metrics *metrics
+	lister  Lister        // nil unless the remote names its nodes and cfg.Shard is nil
+	kick    chan struct{} // wakes the refresher; buffered, never blocks
 
-	refresh      func(context.Context) error
-	refreshEvery time.Duration
-	kick         chan struct{}      // wakes the refresher; buffered, never blocks
-	stop         context.CancelFunc // ends the refresher; nil without one
-	done         chan struct{}      // closed when the refresher has ended
-
-	// The watcher of calls in flight (watch.go).
-	calls    sync.Pool      // *call, for reuse
-	watchMu  sync.Mutex     // guards closed, and starting the watcher
-	closed   bool           // Close has run; guarded by watchMu
-	watching atomic.Bool    // a watcher runs; set under watchMu
-	quit     chan struct{}  // closed by Close: the watcher stops
-	watchers sync.WaitGroup // the watcher, while it runs
+	// The background goroutines: the watcher of calls in flight
+	// (watch.go) and the refresher. Close cancels bg and waits for both.
+	bg       context.Context
+	stop     context.CancelFunc
+	running  sync.WaitGroup
+	calls    sync.Pool   // *call, for reuse
+	watchMu  sync.Mutex  // guards closed, and starting the watcher
+	closed   bool        // Close has run; guarded by watchMu
+	watching atomic.Bool // a watcher runs; set under watchMu
 
 	// shards maps a shard's name to its *shard. It never shrinks: one
 	// entry per node ever seen. A sync.Map, so requests to different nodes
@@ -285,47 +271,44 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 	case cfg.RefreshEvery < 0:
 		return nil, fmt.Errorf("guard: refresh every %v: must not be negative", cfg.RefreshEvery)
 	}
-	s := &Store{
-		remote: remote, timeout: cmp.Or(cfg.Timeout, DefaultTimeout), maxQueue: cmp.Or(cfg.MaxQueue, DefaultMaxQueue),
-		tripAfter: cmp.Or(cfg.TripAfter, DefaultTripAfter), pause: cmp.Or(cfg.Pause, DefaultPause),
-		slack: cmp.Or(cfg.Slack, DefaultSlack), fleet: cfg.Fleet,
-		shardOf: cfg.Shard, stalled: cfg.Stalled, now: cfg.Now, onTransition: cfg.OnTransition, log: cfg.Logger,
-		refresh: cfg.Refresh, refreshEvery: cmp.Or(cfg.RefreshEvery, 500*time.Millisecond),
-	}
-	s.downAfter = cmp.Or(cfg.DownAfter, max(DefaultDownAfter, 3*s.timeout))
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.DownAfter = cmp.Or(cfg.DownAfter, max(DefaultDownAfter, 3*cfg.Timeout))
+	cfg.MaxQueue, cfg.TripAfter = cmp.Or(cfg.MaxQueue, DefaultMaxQueue), cmp.Or(cfg.TripAfter, DefaultTripAfter)
+	cfg.Pause, cfg.Slack = cmp.Or(cfg.Pause, DefaultPause), cmp.Or(cfg.Slack, DefaultSlack)
+	cfg.RefreshEvery = cmp.Or(cfg.RefreshEvery, 500*time.Millisecond)
+	s := &Store{remote: remote}
 	s.granter, _ = remote.(limit.Granter)
-	if n, ok := remote.(Nodes); ok && s.shardOf == nil {
-		s.shardOf = n.Node
+	if cfg.Shard == nil {
+		// Names come from the store's nodes.
+		s.lister, _ = remote.(Lister)
+		if n, ok := remote.(Nodes); ok {
+			cfg.Shard = n.Node
+		}
 	}
-	if r, ok := remote.(Refresher); ok && s.refresh == nil {
-		s.refresh = r.RefreshNodes
+	if r, ok := remote.(Refresher); ok && cfg.Refresh == nil {
+		cfg.Refresh = r.RefreshNodes
 	}
-	if w, ok := remote.(Watcher); ok && s.stalled == nil {
-		s.stalled = w.Stalled
+	if w, ok := remote.(Watcher); ok && cfg.Stalled == nil {
+		cfg.Stalled = w.Stalled
 	}
-	if s.now == nil {
-		s.now = time.Now
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	s.quit = make(chan struct{})
-	s.local = memstore.New(memstore.Config{Now: s.now})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	s.local = memstore.New(memstore.Config{Now: cfg.Now})
 	s.words = newLastWords()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = m
-	s.lister, _ = remote.(Lister)
-	if cfg.Shard != nil {
-		s.lister = nil // names come from cfg.Shard, not the store's nodes
-	}
+	cfg.Registerer = nil
+	s.cfg, s.metrics = cfg, m
 	s.listNodes()
-	if s.refresh != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.kick, s.stop, s.done = make(chan struct{}, 1), cancel, make(chan struct{})
-		go s.refresher(ctx)
+	s.bg, s.stop = context.WithCancel(context.Background())
+	if cfg.Refresh != nil {
+		s.kick = make(chan struct{}, 1)
+		s.running.Add(1)
+		go s.refresher()
 	}
 	return s, nil
 }
@@ -336,33 +319,28 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 // have, and a call waits for the remote's answer or its caller's
 // deadline, unwatched. Close is idempotent.
 func (s *Store) Close() {
-	s.stopWatcher()
-	if s.stop != nil {
-		s.stop()
-		<-s.done
-	}
+	s.watchMu.Lock()
+	s.closed = true
+	s.watching.Store(false)
+	s.watchMu.Unlock()
+	s.stop()
+	s.running.Wait()
 }
 
 // Config returns the settings the Store runs with: the Config it was given,
 // with each zero duration, count and factor replaced by its default and the
 // remote's methods in place of nil funcs. The Registerer is not kept.
-func (s *Store) Config() Config {
-	return Config{
-		Timeout: s.timeout, DownAfter: s.downAfter, MaxQueue: s.maxQueue, TripAfter: s.tripAfter, Pause: s.pause,
-		Slack: s.slack, Fleet: s.fleet, Shard: s.shardOf, Refresh: s.refresh,
-		RefreshEvery: s.refreshEvery, Stalled: s.stalled, Now: s.now, OnTransition: s.onTransition, Logger: s.log,
-	}
-}
+func (s *Store) Config() Config { return s.cfg }
 
-// refresher calls Refresh when a breaker opens, then every refreshEvery
-// while any breaker is not closed, until ctx ends.
-func (s *Store) refresher(ctx context.Context) {
-	defer close(s.done)
+// refresher calls Refresh when a breaker opens, then every RefreshEvery
+// while any breaker is not closed, until Close.
+func (s *Store) refresher() {
+	defer s.running.Done()
 	timer := time.NewTimer(0)
 	<-timer.C
 	for {
 		select {
-		case <-ctx.Done():
+		case <-s.bg.Done():
 			timer.Stop()
 			return
 		case <-s.kick:
@@ -371,16 +349,16 @@ func (s *Store) refresher(ctx context.Context) {
 				continue
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, max(s.refreshEvery, time.Second))
-		err := s.refresh(rctx)
+		rctx, cancel := context.WithTimeout(s.bg, max(s.cfg.RefreshEvery, time.Second))
+		err := s.cfg.Refresh(rctx)
 		cancel()
 		if err == nil {
 			s.listNodes()
 		}
-		if err != nil && ctx.Err() == nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "rate limit shard map not refreshed", slog.Any("error", err))
+		if err != nil && s.bg.Err() == nil {
+			s.cfg.Logger.LogAttrs(s.bg, slog.LevelWarn, "rate limit shard map not refreshed", slog.Any("error", err))
 		}
-		timer.Reset(s.refreshEvery)
+		timer.Reset(s.cfg.RefreshEvery)
 	}
 }
 
@@ -446,7 +424,7 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 	sh := s.shard(req.Key)
 	sh.mu.Lock()
 	from := sh.b.state
-	call, probe := sh.b.admit(s.now())
+	call, probe := sh.b.admit(s.cfg.Now())
 	to := sh.b.state
 	sh.mu.Unlock()
 	if from != to {
@@ -456,32 +434,16 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 	if !call {
 		return s.fallback(sh, req, nil)
 	}
-	if probe {
-		// A probe that panics (recovered above, as net/http does) must not
-		// leave the breaker half-open with its probe out forever.
-		defer func() {
-			if r := recover(); r != nil {
-				sh.mu.Lock()
-				sh.b.abandon(true)
-				sh.mu.Unlock()
-				panic(r)
-			}
-		}()
-	}
-	granted, d, err, v := s.ask(ctx, sh, req, max(want, req.EffectiveCost()))
+	granted, d, err, v := s.ask(ctx, sh, req, max(want, req.EffectiveCost()), probe)
 	switch v {
 	case invalid:
-		sh.mu.Lock()
-		sh.b.abandon(probe)
-		sh.mu.Unlock()
+		s.abandon(sh, probe)
 		return 0, limit.Decision{}, err
 	case down:
 		s.trip(sh, err)
 		return s.fallback(sh, req, err)
 	case gaveUp, shed:
-		sh.mu.Lock()
-		sh.b.abandon(probe)
-		sh.mu.Unlock()
+		s.abandon(sh, probe)
 		if v == gaveUp {
 			return 0, limit.Decision{}, fmt.Errorf("guard: %w", ctx.Err())
 		}
@@ -523,21 +485,24 @@ const (
 // ask makes one call to the remote, watched: past Timeout the call waits
 // while its node answers or is merely slow, up to MaxQueue more, and ends
 // when the node is judged down.
-func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int64) (int64, limit.Decision, error, verdict) {
+func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int64, probe bool) (int64, limit.Decision, error, verdict) {
 	c := s.begin(ctx, sh)
 	var cctx context.Context = c
 	if c == nil {
 		cctx = ctx
-	} else {
-		defer func() {
-			// A remote that panics (recovered above, as net/http does)
-			// must not leave its call listed, watched forever.
-			if r := recover(); r != nil {
-				s.finish(c)
-				panic(r)
-			}
-		}()
 	}
+	defer func() {
+		// A remote that panics (recovered above, as net/http does) must
+		// not leave its call listed, watched forever, nor the breaker
+		// half-open with its probe out.
+		if r := recover(); r != nil {
+			if c != nil {
+				s.finish(c)
+			}
+			s.abandon(sh, probe)
+			panic(r)
+		}
+	}()
 	var (
 		granted int64
 		d       limit.Decision
@@ -570,7 +535,7 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	case errors.Is(err, limit.ErrBadReply):
 		return 0, d, err, answered
 	case why == endTimeout:
-		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.timeout, context.DeadlineExceeded, err), ok
+		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.cfg.Timeout, context.DeadlineExceeded, err), ok
 	case why == endDown:
 		return 0, d, fmt.Errorf("guard: node %q down after %v: %w: the node owes replies and has sent nothing",
 			sh.name, time.Since(began).Round(time.Millisecond), context.DeadlineExceeded), down
@@ -585,7 +550,7 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 		// answering kept it waiting: that counts against the node, or a
 		// caller deadline shorter than Timeout would keep a hung node's
 		// breaker closed forever. One that is answering did not.
-		if s.stalled != nil && !s.stalled(sh.name, min(s.downAfter, time.Since(began))) {
+		if s.cfg.Stalled != nil && !s.cfg.Stalled(sh.name, min(s.cfg.DownAfter, time.Since(began))) {
 			return 0, d, err, shed
 		}
 		return 0, d, err, ok
@@ -593,11 +558,18 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	return 0, d, err, ok
 }
 
+// abandon ends an admitted call that gave no verdict on sh's node.
+func (s *Store) abandon(sh *shard, probe bool) {
+	sh.mu.Lock()
+	sh.b.abandon(probe)
+	sh.mu.Unlock()
+}
+
 // trip opens sh's breaker at once: its node has been silent for DownAfter
 // while owing replies, which no number of further calls needs to confirm.
 // Calls that were waiting when another tripped it leave it as it is.
 func (s *Store) trip(sh *shard, err error) {
-	now := s.now()
+	now := s.cfg.Now()
 	sh.mu.Lock()
 	from := sh.b.state
 	if from != Open {
@@ -614,7 +586,7 @@ func (s *Store) trip(sh *shard, err error) {
 // record feeds a call's outcome to the shard's breaker, reports a change,
 // and returns when it was recorded and the breaker's state after it.
 func (s *Store) record(sh *shard, probe bool, err error) (time.Time, State) {
-	now := s.now()
+	now := s.cfg.Now()
 	sh.mu.Lock()
 	from, to := sh.b.record(now, probe, err)
 	if to == Closed && err == nil {
@@ -642,16 +614,16 @@ func (s *Store) transitioned(sh *shard, from, to State, err error) {
 	}
 	switch to {
 	case Open:
-		s.log.LogAttrs(context.Background(), slog.LevelWarn, "rate limit shard unavailable; limiting its keys locally",
-			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Duration("pause", s.pause), slog.Any("error", err))
+		s.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "rate limit shard unavailable; limiting its keys locally",
+			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Duration("pause", s.cfg.Pause), slog.Any("error", err))
 	case HalfOpen:
-		s.log.LogAttrs(context.Background(), slog.LevelDebug, "rate limit shard probed", slog.String("shard", sh.name))
+		s.cfg.Logger.LogAttrs(context.Background(), slog.LevelDebug, "rate limit shard probed", slog.String("shard", sh.name))
 	default:
-		s.log.LogAttrs(context.Background(), slog.LevelInfo, "rate limit shard answering again",
+		s.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "rate limit shard answering again",
 			slog.String("shard", sh.name), slog.String("from", from.String()))
 	}
-	if s.onTransition != nil {
-		s.onTransition(sh.name, from, to, err)
+	if s.cfg.OnTransition != nil {
+		s.cfg.OnTransition(sh.name, from, to, err)
 	}
 }
 
@@ -660,7 +632,7 @@ func (s *Store) transitioned(sh *shard, from, to State, err error) {
 // failure of this request's own call, nil when the breaker kept it from
 // calling.
 func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, limit.Decision, error) {
-	now := s.now()
+	now := s.cfg.Now()
 	if i := req.FailClosed(); i >= 0 {
 		l := &req.Limits[i]
 		sh.mu.Lock()
@@ -678,9 +650,9 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 	}
 	sh.mu.Lock()
 	if sh.fleet == 0 {
-		sh.fleet = s.fleet.Size()
+		sh.fleet = s.cfg.Fleet.Size()
 	}
-	part := share(s.slack, sh.fleet)
+	part := share(s.cfg.Slack, sh.fleet)
 	sh.mu.Unlock()
 	local := *req
 	local.Limits = make([]limit.Limit, len(req.Limits))
@@ -723,13 +695,13 @@ func (s *Store) seed(lw lastWord, req, local *limit.Request, part float64) {
 
 func (s *Store) shard(key string) *shard {
 	name := ""
-	if s.shardOf != nil {
-		name = s.shardOf(key)
+	if s.cfg.Shard != nil {
+		name = s.cfg.Shard(key)
 	}
 	if v, ok := s.shards.Load(name); ok {
 		return v.(*shard)
 	}
-	v, _ := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}, m: s.metrics.known(name)})
+	v, _ := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.cfg.TripAfter, pause: s.cfg.Pause}, m: s.metrics.known(name)})
 	return v.(*shard)
 }
 
@@ -744,7 +716,7 @@ func (s *Store) Breaker(shardName string) State {
 	sh := v.(*shard)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.b.state == Open && !s.now().Before(sh.b.until) {
+	if sh.b.state == Open && !s.cfg.Now().Before(sh.b.until) {
 		return HalfOpen
 	}
 	return sh.b.state

@@ -130,19 +130,6 @@ func (c *call) end(why int32) {
 	}
 }
 
-// stopWatcher keeps calls from starting the watcher, and waits for the
-// one running to watch the calls listed so far to their end.
-func (s *Store) stopWatcher() {
-	s.watchMu.Lock()
-	if !s.closed {
-		s.closed = true
-		s.watching.Store(false)
-		close(s.quit)
-	}
-	s.watchMu.Unlock()
-	s.watchers.Wait()
-}
-
 // startWatcher starts the watcher unless it runs already, and reports
 // whether one runs: not after Close.
 func (s *Store) startWatcher() bool {
@@ -153,7 +140,7 @@ func (s *Store) startWatcher() bool {
 	}
 	if !s.watching.Load() {
 		s.watching.Store(true)
-		s.watchers.Add(1)
+		s.running.Add(1)
 		go s.watch()
 	}
 	return true
@@ -162,12 +149,12 @@ func (s *Store) startWatcher() bool {
 // watch looks at every call in flight each poll until none has been for
 // idleAfter, or none is after Close.
 func (s *Store) watch() {
-	defer s.watchers.Done()
+	defer s.running.Done()
 	poll := min(s.step(), time.Millisecond)
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	last, busy := time.Now(), time.Now()
-	quit := s.quit
+	quit := s.bg.Done()
 	for {
 		select {
 		case <-quit:
@@ -209,7 +196,7 @@ func (s *Store) watch() {
 }
 
 // step is how often a call waiting on its node is looked at again.
-func (s *Store) step() time.Duration { return max(s.timeout/2, time.Microsecond) }
+func (s *Store) step() time.Duration { return max(s.cfg.Timeout/2, time.Microsecond) }
 
 // look ends the calls whose caller has gone and, when judge is set, judges
 // the node of every call that has waited Timeout. It reports whether any
@@ -227,9 +214,9 @@ func (s *Store) look(now time.Time, judge bool) (busy bool) {
 		// The node's state, read once per shard and outside its lock, only
 		// when some call has waited Timeout.
 		var down, answering bool
-		if judge && s.stalled != nil && now.Sub(oldest.start) >= s.timeout {
-			down = s.stalled(sh.name, s.downAfter)
-			answering = !s.stalled(sh.name, s.step())
+		if judge && s.cfg.Stalled != nil && now.Sub(oldest.start) >= s.cfg.Timeout {
+			down = s.cfg.Stalled(sh.name, s.cfg.DownAfter)
+			answering = !s.cfg.Stalled(sh.name, s.step())
 		}
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
@@ -242,11 +229,11 @@ func (s *Store) look(now time.Time, judge bool) (busy bool) {
 				continue
 			}
 			waited := now.Sub(c.start)
-			if waited < s.timeout {
+			if waited < s.cfg.Timeout {
 				continue
 			}
 			switch {
-			case s.stalled == nil:
+			case s.cfg.Stalled == nil:
 				c.end(endTimeout)
 			case !judge:
 				// Looked at again once this process runs on time.
@@ -257,7 +244,7 @@ func (s *Store) look(now time.Time, judge bool) (busy bool) {
 				c.end(endDown)
 			default:
 				c.waited = c.waited || answering
-				if waited >= s.timeout+s.maxQueue {
+				if waited >= s.cfg.Timeout+s.cfg.MaxQueue {
 					c.end(endQueued)
 				}
 			}

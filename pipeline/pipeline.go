@@ -204,11 +204,3 @@ func (p *Pipeline) Close() {
 		c()
 	}
 }
-
-// ErrShed and ErrUnavailable are the errors of a shed request and of a
-// fail-closed limit whose Redis node cannot answer: guard's, for callers
-// that import only this package.
-var (
-	ErrShed        = guard.ErrShed
-	ErrUnavailable = guard.ErrUnavailable
-)
