@@ -119,19 +119,16 @@ func (p *Pipeline) Shares() *share.Store { return p.shares }
 
 // newStack builds the stack below the region share layer.
 func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if len(cfg.Redis.Addrs) == 0 {
-		return &Pipeline{top: memstore.New(memstore.Config{})}, nil
-	}
 	if err := cfg.Fleet.Validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	if !cfg.Guard.Fleet.IsZero() || !cfg.Lease.Fleet.IsZero() {
-		return nil, errors.New("pipeline: Guard.Fleet and Lease.Fleet are set: give the fleet once, as Config.Fleet")
+		return nil, errors.New("pipeline: Guard.Fleet or Lease.Fleet is set: give the fleet once, as Config.Fleet")
 	}
+	if len(cfg.Redis.Addrs) == 0 {
+		return &Pipeline{top: memstore.New(memstore.Config{})}, nil
+	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Redis.Logger == nil {
 		cfg.Redis.Logger = log
 	}

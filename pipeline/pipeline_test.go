@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -82,6 +83,31 @@ func TestLayers(t *testing.T) {
 					t.Errorf("sources %v, want %v", got, tc.want)
 					break
 				}
+			}
+		})
+	}
+}
+
+// TestConfigRejected: a fleet given twice, or a negative one, is an error
+// naming the field, in process as over Redis.
+func TestConfigRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  pipeline.Config
+		want string
+	}{
+		{"negative fleet", pipeline.Config{Fleet: limit.Fleet{Gateways: -1}}, "-1 gateways"},
+		{"fleet given to the guard", pipeline.Config{Guard: guard.Config{Fleet: limit.Fleet{Gateways: 3}}}, "Guard.Fleet"},
+		{"fleet given to the leases", pipeline.Config{Lease: lease.Config{Fleet: limit.Fleet{Count: func() int { return 3 }}}}, "Lease.Fleet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := pipeline.New(t.Context(), tc.cfg)
+			if err == nil {
+				p.Close()
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got error %q, want one naming %q", err, tc.want)
 			}
 		})
 	}
