@@ -422,19 +422,25 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		return 0, limit.Decision{}, fmt.Errorf("guard: %w", err)
 	}
 	sh := s.shard(req.Key)
+	c := s.newCall(ctx, sh)
 	sh.mu.Lock()
 	from := sh.b.state
-	call, probe := sh.b.admit(s.cfg.Now())
+	admitted, probe := sh.b.admit(s.cfg.Now())
 	to := sh.b.state
+	if admitted {
+		c.list() // in the same critical section: one lock fewer a call
+	}
 	sh.mu.Unlock()
 	if from != to {
 		// An open breaker whose pause is over lets its first call probe.
 		s.transitioned(sh, from, to, nil)
 	}
-	if !call {
+	if !admitted {
+		c.parent, c.sh = nil, nil
+		s.calls.Put(c)
 		return s.fallback(sh, req, nil)
 	}
-	granted, d, err, v := s.ask(ctx, sh, req, max(want, req.EffectiveCost()), probe)
+	granted, d, err, v := s.ask(ctx, s.watched(c), sh, req, max(want, req.EffectiveCost()), probe)
 	switch v {
 	case invalid:
 		s.abandon(sh, probe)
@@ -482,11 +488,11 @@ const (
 	gaveUp                  // the caller cancelled: nothing is known
 )
 
-// ask makes one call to the remote, watched: past Timeout the call waits
+// ask makes one call to the remote, watched under c (nil: unwatched,
+// under ctx alone): past Timeout the call waits
 // while its node answers or is merely slow, up to MaxQueue more, and ends
 // when the node is judged down.
-func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int64, probe bool) (int64, limit.Decision, error, verdict) {
-	c := s.begin(ctx, sh)
+func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (int64, limit.Decision, error, verdict) {
 	var cctx context.Context = c
 	if c == nil {
 		cctx = ctx

@@ -72,16 +72,19 @@ func (c *call) Err() error {
 // Value is the caller's.
 func (c *call) Value(key any) any { return c.parent.Value(key) }
 
-// begin lists a call to sh under ctx and returns it, or nil when no
-// watcher can run (the Store is closed): then the call runs under ctx
-// alone.
-func (s *Store) begin(ctx context.Context, sh *shard) *call {
+// newCall returns a call to sh under ctx, not yet listed.
+func (s *Store) newCall(ctx context.Context, sh *shard) *call {
 	c, _ := s.calls.Get().(*call)
 	if c == nil {
 		c = &call{done: make(chan struct{})}
 	}
 	c.parent, c.sh, c.start, c.waited = ctx, sh, time.Now(), false
-	sh.mu.Lock()
+	return c
+}
+
+// list puts c last on its shard's list of calls in flight. sh.mu is held.
+func (c *call) list() {
+	sh := c.sh
 	c.prev = sh.tail
 	if sh.tail == nil {
 		sh.head = c
@@ -89,7 +92,11 @@ func (s *Store) begin(ctx context.Context, sh *shard) *call {
 		sh.tail.next = c
 	}
 	sh.tail = c
-	sh.mu.Unlock()
+}
+
+// watched returns c, listed, once a watcher runs, or nil when none can (the
+// Store is closed): then the call runs under its caller's context alone.
+func (s *Store) watched(c *call) *call {
 	if !s.watching.Load() && !s.startWatcher() {
 		s.finish(c)
 		return nil
@@ -205,16 +212,20 @@ func (s *Store) look(now time.Time, judge bool) (busy bool) {
 	s.shards.Range(func(_, v any) bool {
 		sh := v.(*shard)
 		sh.mu.Lock()
-		oldest := sh.head
+		listed := sh.head != nil
+		var oldest time.Time
+		if listed {
+			oldest = sh.head.start // under the lock: a call may be reused once off the list
+		}
 		sh.mu.Unlock()
-		if oldest == nil {
+		if !listed {
 			return true
 		}
 		busy = true
 		// The node's state, read once per shard and outside its lock, only
 		// when some call has waited Timeout.
 		var down, answering bool
-		if judge && s.cfg.Stalled != nil && now.Sub(oldest.start) >= s.cfg.Timeout {
+		if judge && s.cfg.Stalled != nil && now.Sub(oldest) >= s.cfg.Timeout {
 			down = s.cfg.Stalled(sh.name, s.cfg.DownAfter)
 			answering = !s.cfg.Stalled(sh.name, s.step())
 		}

@@ -2,6 +2,8 @@ package guard
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,4 +84,32 @@ func TestPanicUnlistsTheCall(t *testing.T) {
 	if sh.head != nil || sh.tail != nil {
 		t.Error("a call is still listed after its remote panicked")
 	}
+}
+
+// TestWatcherUnderLoad runs calls from many goroutines while the watcher
+// looks at them every poll and ends some (a timeout of a microsecond on a
+// store that cannot watch its wire): calls taken off the list and reused
+// meanwhile must not race with the watcher (run with -race), and every
+// call gets an answer.
+func TestWatcherUnderLoad(t *testing.T) {
+	s, err := New(memstore.New(memstore.Config{}), Config{Timeout: time.Microsecond, TripAfter: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for i := range 2000 {
+				req := &limit.Request{Key: fmt.Sprintf("k:%d-%d", g, i%50), Limits: []limit.Limit{{Name: "s", Count: 1 << 20, Period: time.Second}}}
+				if _, err := s.Take(ctx, req); err != nil {
+					t.Errorf("call %d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
