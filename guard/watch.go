@@ -78,13 +78,15 @@ func (s *Store) newCall(ctx context.Context, sh *shard) *call {
 	if c == nil {
 		c = &call{done: make(chan struct{})}
 	}
-	c.parent, c.sh, c.start, c.waited = ctx, sh, time.Now(), false
+	c.parent, c.sh, c.waited = ctx, sh, false
 	return c
 }
 
-// list puts c last on its shard's list of calls in flight. sh.mu is held.
+// list puts c last on its shard's list of calls in flight, started now.
+// sh.mu is held.
 func (c *call) list() {
 	sh := c.sh
+	c.start = time.Now()
 	c.prev = sh.tail
 	if sh.tail == nil {
 		sh.head = c
