@@ -185,7 +185,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	b.Run("memstore", func(b *testing.B) { benchAddedLatency(b, nil) })
 	b.Run("redis", func(b *testing.B) {
 		s, err := pipeline.New(context.Background(), pipeline.Config{
-			Redis: redisstore.Config{Addrs: []string{redistest.Standalone(b).Addr()}}, Gateways: 1,
+			Redis: redisstore.Config{Addrs: []string{redistest.Standalone(b).Addr()}}, Fleet: limit.Fleet{Gateways: 1},
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -174,7 +176,7 @@ func takeCalls(t *testing.T, srv *redistest.Server) int64 {
 func TestShadowOneRedisCall(t *testing.T) {
 	srv := redistest.Standalone(t)
 	p, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}},
-		Timeout: time.Second, Gateways: 1})
+		Guard: guard.Config{Timeout: time.Second}, Fleet: limit.Fleet{Gateways: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

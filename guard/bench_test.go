@@ -22,7 +22,7 @@ func BenchmarkTake(b *testing.B) {
 		{"breaker open", down{}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			s, err := guard.New(tc.remote, guard.Config{Gateways: 10})
+			s, err := guard.New(tc.remote, guard.Config{Fleet: limit.Fleet{Gateways: 10}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -23,7 +23,7 @@ func (down) TakeUpTo(context.Context, *limit.Request, int64) (int64, limit.Decis
 
 func Example() {
 	// Four gateways: while the shard is down each enforces 2/4 of a limit.
-	s, err := guard.New(down{}, guard.Config{Gateways: 4})
+	s, err := guard.New(down{}, guard.Config{Fleet: limit.Fleet{Gateways: 4}})
 	if err != nil {
 		fmt.Println(err)
 		return

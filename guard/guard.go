@@ -113,10 +113,11 @@ type Config struct {
 	// Timeout is how long a call may wait on the shared store before the
 	// Store asks whether the call's node is answering. Zero means 5ms: a
 	// Redis call takes well under a millisecond. Past it the call waits on,
-	// checked again every half Timeout, while its node is merely slow,
-	// paused or this process is busy; once the node has owed replies and
-	// sent nothing for DownAfter (Watcher.Stalled), it is down: its
-	// breaker opens at once and its calls are answered locally. A store
+	// looked at again every half Timeout (at most every 1ms), while its
+	// node is merely slow, paused or this process is busy; once the node
+	// has owed replies and sent nothing for DownAfter (Watcher.Stalled),
+	// it is down: its breaker opens at once and its calls are answered
+	// locally. A store
 	// that is not a Watcher cannot tell a slow node from a busy process:
 	// its calls fail at Timeout, and TripAfter failures in a row open the
 	// breaker.
@@ -146,14 +147,11 @@ type Config struct {
 	// enforces the limit alone, because traffic is never spread perfectly
 	// evenly. Zero means 2.
 	Slack float64
-	// Gateways is the fleet size used when Fleet is nil or does not know.
-	// Zero means 1.
-	Gateways int
-	// Fleet, if set, reports the current number of gateways (from the rules
-	// service); a result below 1 means unknown, and Gateways is used. A
-	// shard's local fallback reads it once, at its first local answer, and
-	// keeps that size until a call to the shard succeeds again.
-	Fleet func() int
+	// Fleet is how many gateways share the limits: while a node is down
+	// each enforces slack / size of every limit. A shard's local fallback
+	// reads its size once, at its first local answer, and keeps it until a
+	// call to the shard succeeds again. The zero value is a fleet of one.
+	Fleet limit.Fleet
 	// Shard names the shard that holds key's limits. One breaker serves
 	// each name. Nil means the remote's Node method when it is a [Nodes],
 	// else every key in one shard.
@@ -197,38 +195,28 @@ const (
 
 // Store is a limit.Granter that guards a shared store with deadlines,
 // per-node breakers and a local fallback. It is safe for concurrent use.
-// With a refresher (Config.Refresh, or a remote that is a Refresher) it
-// owns one goroutine, which Close stops.
+// It owns the goroutine that watches calls in flight (running while there
+// are calls), and with a refresher (Config.Refresh, or a remote that is a
+// Refresher) one more; Close stops both.
 type Store struct {
-	remote       limit.Store
-	granter      limit.Granter // remote, when it can grant up to N; else nil
-	local        *memstore.Store
-	words        *lastWords // what the remote last said of each recent key
-	timeout      time.Duration
-	downAfter    time.Duration
-	maxQueue     time.Duration
-	tripAfter    int
-	pause        time.Duration
-	slack        float64
-	gateways     int
-	fleet        func() int
-	shardOf      func(string) string
-	stalled      func(string, time.Duration) bool
-	now          func() time.Time
-	onTransition func(string, State, State, error)
-	log          *slog.Logger
-	metrics      *metrics
-	lister       Lister // nil unless the remote names its nodes and cfg.Shard is nil
+	remote  limit.Store
+	granter limit.Granter // remote, when it can grant up to N; else nil
+	local   *memstore.Store
+	words   *lastWords // what the remote last said of each recent key
+	cfg     Config     // defaults filled in; no Registerer
+	metrics *metrics
+	lister  Lister        // nil unless the remote names its nodes and cfg.Shard is nil
+	kick    chan struct{} // wakes the refresher; buffered, never blocks
 
-	refresh      func(context.Context) error
-	refreshEvery time.Duration
-	kick         chan struct{}      // wakes the refresher; buffered, never blocks
-	stop         context.CancelFunc // ends the refresher; nil without one
-	done         chan struct{}      // closed when the refresher has ended
-
-	// dogs holds watchdogs (and their timers) of calls that ended before
-	// their first look, for reuse.
-	dogs sync.Pool
+	// The background goroutines: the watcher of calls in flight
+	// (watch.go) and the refresher. Close cancels bg and waits for both.
+	bg       context.Context
+	stop     context.CancelFunc
+	running  sync.WaitGroup
+	calls    sync.Pool   // *call, for reuse
+	watchMu  sync.Mutex  // guards closed, and starting the watcher
+	closed   bool        // Close has run; guarded by watchMu
+	watching atomic.Bool // a watcher runs; set under watchMu
 
 	// shards maps a shard's name to its *shard. It never shrinks: one
 	// entry per node ever seen. A sync.Map, so requests to different nodes
@@ -241,6 +229,10 @@ type shard struct {
 	name string
 	mu   sync.Mutex
 	b    breaker // guarded by mu
+	m    shardMetrics
+	// head and tail are the calls in flight to the shard, oldest first.
+	// Guarded by mu.
+	head, tail *call
 	// fleet is the fleet size the local fallback divides limits by, fixed
 	// at the shard's first local answer until a call succeeds again; 0
 	// before. Guarded by mu. A scaled limit's period depends on the share
@@ -255,6 +247,9 @@ var _ limit.Granter = (*Store)(nil)
 // New returns a Store guarding remote. It returns an error for a negative or
 // otherwise unusable Config field.
 func New(remote limit.Store, cfg Config) (*Store, error) {
+	if err := cfg.Fleet.Validate(); err != nil {
+		return nil, fmt.Errorf("guard: %w", err)
+	}
 	switch {
 	case remote == nil:
 		return nil, errors.New("guard: remote store is nil")
@@ -273,85 +268,79 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("guard: pause %v is negative", cfg.Pause)
 	case cfg.Slack < 0 || math.IsNaN(cfg.Slack) || math.IsInf(cfg.Slack, 0):
 		return nil, fmt.Errorf("guard: slack %v must be a positive number", cfg.Slack)
-	case cfg.Gateways < 0:
-		return nil, fmt.Errorf("guard: %d gateways: must not be negative", cfg.Gateways)
 	case cfg.RefreshEvery < 0:
 		return nil, fmt.Errorf("guard: refresh every %v: must not be negative", cfg.RefreshEvery)
 	}
-	s := &Store{
-		remote: remote, timeout: cmp.Or(cfg.Timeout, DefaultTimeout), maxQueue: cmp.Or(cfg.MaxQueue, DefaultMaxQueue),
-		tripAfter: cmp.Or(cfg.TripAfter, DefaultTripAfter), pause: cmp.Or(cfg.Pause, DefaultPause),
-		slack: cmp.Or(cfg.Slack, DefaultSlack), gateways: max(cfg.Gateways, 1), fleet: cfg.Fleet,
-		shardOf: cfg.Shard, stalled: cfg.Stalled, now: cfg.Now, onTransition: cfg.OnTransition, log: cfg.Logger,
-		refresh: cfg.Refresh, refreshEvery: cmp.Or(cfg.RefreshEvery, 500*time.Millisecond),
-	}
-	s.downAfter = cmp.Or(cfg.DownAfter, max(DefaultDownAfter, 3*s.timeout))
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.DownAfter = cmp.Or(cfg.DownAfter, max(DefaultDownAfter, 3*cfg.Timeout))
+	cfg.MaxQueue, cfg.TripAfter = cmp.Or(cfg.MaxQueue, DefaultMaxQueue), cmp.Or(cfg.TripAfter, DefaultTripAfter)
+	cfg.Pause, cfg.Slack = cmp.Or(cfg.Pause, DefaultPause), cmp.Or(cfg.Slack, DefaultSlack)
+	cfg.RefreshEvery = cmp.Or(cfg.RefreshEvery, 500*time.Millisecond)
+	s := &Store{remote: remote}
 	s.granter, _ = remote.(limit.Granter)
-	if n, ok := remote.(Nodes); ok && s.shardOf == nil {
-		s.shardOf = n.Node
+	if cfg.Shard == nil {
+		// Names come from the store's nodes.
+		s.lister, _ = remote.(Lister)
+		if n, ok := remote.(Nodes); ok {
+			cfg.Shard = n.Node
+		}
 	}
-	if r, ok := remote.(Refresher); ok && s.refresh == nil {
-		s.refresh = r.RefreshNodes
+	if r, ok := remote.(Refresher); ok && cfg.Refresh == nil {
+		cfg.Refresh = r.RefreshNodes
 	}
-	if w, ok := remote.(Watcher); ok && s.stalled == nil {
-		s.stalled = w.Stalled
+	if w, ok := remote.(Watcher); ok && cfg.Stalled == nil {
+		cfg.Stalled = w.Stalled
 	}
-	if s.now == nil {
-		s.now = time.Now
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	s.local = memstore.New(memstore.Config{Now: s.now})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	s.local = memstore.New(memstore.Config{Now: cfg.Now})
 	s.words = newLastWords()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = m
-	s.lister, _ = remote.(Lister)
-	if cfg.Shard != nil {
-		s.lister = nil // names come from cfg.Shard, not the store's nodes
-	}
+	cfg.Registerer = nil
+	s.cfg, s.metrics = cfg, m
 	s.listNodes()
-	if s.refresh != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.kick, s.stop, s.done = make(chan struct{}, 1), cancel, make(chan struct{})
-		go s.refresher(ctx)
+	s.bg, s.stop = context.WithCancel(context.Background())
+	if cfg.Refresh != nil {
+		s.kick = make(chan struct{}, 1)
+		s.running.Add(1)
+		go s.refresher()
 	}
 	return s, nil
 }
 
-// Close stops the background refresher, if any, and waits for it. The
-// Store still answers afterwards; breakers just keep the node names they
-// have. Close is idempotent.
+// Close stops the watcher of calls in flight, once the calls already made
+// have ended, and the background refresher, if any, and waits for them.
+// The Store still answers afterwards: breakers keep the node names they
+// have, and a call waits for the remote's answer or its caller's
+// deadline, unwatched. Close is idempotent.
 func (s *Store) Close() {
-	if s.stop != nil {
-		s.stop()
-		<-s.done
-	}
+	s.watchMu.Lock()
+	s.closed = true
+	s.watching.Store(false)
+	s.watchMu.Unlock()
+	s.stop()
+	s.running.Wait()
 }
 
 // Config returns the settings the Store runs with: the Config it was given,
 // with each zero duration, count and factor replaced by its default and the
 // remote's methods in place of nil funcs. The Registerer is not kept.
-func (s *Store) Config() Config {
-	return Config{
-		Timeout: s.timeout, DownAfter: s.downAfter, MaxQueue: s.maxQueue, TripAfter: s.tripAfter, Pause: s.pause,
-		Slack: s.slack, Gateways: s.gateways, Fleet: s.fleet, Shard: s.shardOf, Refresh: s.refresh,
-		RefreshEvery: s.refreshEvery, Stalled: s.stalled, Now: s.now, OnTransition: s.onTransition, Logger: s.log,
-	}
-}
+func (s *Store) Config() Config { return s.cfg }
 
-// refresher calls Refresh when a breaker opens, then every refreshEvery
-// while any breaker is not closed, until ctx ends.
-func (s *Store) refresher(ctx context.Context) {
-	defer close(s.done)
+// refresher calls Refresh when a breaker opens, then every RefreshEvery
+// while any breaker is not closed, until Close.
+func (s *Store) refresher() {
+	defer s.running.Done()
 	timer := time.NewTimer(0)
 	<-timer.C
 	for {
 		select {
-		case <-ctx.Done():
+		case <-s.bg.Done():
 			timer.Stop()
 			return
 		case <-s.kick:
@@ -360,16 +349,16 @@ func (s *Store) refresher(ctx context.Context) {
 				continue
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, max(s.refreshEvery, time.Second))
-		err := s.refresh(rctx)
+		rctx, cancel := context.WithTimeout(s.bg, max(s.cfg.RefreshEvery, time.Second))
+		err := s.cfg.Refresh(rctx)
 		cancel()
 		if err == nil {
 			s.listNodes()
 		}
-		if err != nil && ctx.Err() == nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "rate limit shard map not refreshed", slog.Any("error", err))
+		if err != nil && s.bg.Err() == nil {
+			s.cfg.Logger.LogAttrs(s.bg, slog.LevelWarn, "rate limit shard map not refreshed", slog.Any("error", err))
 		}
-		timer.Reset(s.refreshEvery)
+		timer.Reset(s.cfg.RefreshEvery)
 	}
 }
 
@@ -398,8 +387,14 @@ func (s *Store) anyOpen() bool {
 
 // Take implements limit.Store. The Decision's Source says which path
 // answered: limit.FromRedis (the remote's own answer, whatever store it
-// is), FromLocalFallback, FromFailClosed or FromShed. It returns an error
-// only for an invalid request; when ctx is done before the call or
+// is), FromLocalFallback, FromFailClosed or FromShed.
+//
+// req must be valid (limit.Request.Validate): the guard does not check it
+// again, and its local fallback answers it as given. The layer on top
+// (pipeline.Pipeline) validates each request once; a remote that refuses
+// an invalid request anyway (limit.ErrInvalid) fails only that request.
+//
+// It returns an error when ctx is done before the call or
 // cancelled during it; for a FailClosed limit whose shard cannot answer
 // (wrapping ErrUnavailable); for a request shed because this process could
 // not get the answer in time (wrapping ErrShed); and for an error the
@@ -419,8 +414,6 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // Decision still names the limit that refused and the wait until the shard
 // is probed again. Errors are as Take's.
 func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
-	// The request is validated where it is answered: by the remote, or
-	// before a local answer (fallback), not once more here.
 	if want < 1 {
 		return 0, limit.Decision{}, fmt.Errorf("guard: want %d tokens: must be at least 1", want)
 	}
@@ -429,44 +422,34 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		return 0, limit.Decision{}, fmt.Errorf("guard: %w", err)
 	}
 	sh := s.shard(req.Key)
+	c := s.newCall(ctx, sh)
 	sh.mu.Lock()
 	from := sh.b.state
-	call, probe := sh.b.admit(s.now())
+	admitted, probe := sh.b.admit(s.cfg.Now())
 	to := sh.b.state
+	if admitted {
+		c.list() // in the same critical section: one lock fewer a call
+	}
 	sh.mu.Unlock()
 	if from != to {
 		// An open breaker whose pause is over lets its first call probe.
 		s.transitioned(sh, from, to, nil)
 	}
-	if !call {
+	if !admitted {
+		c.parent, c.sh = nil, nil
+		s.calls.Put(c)
 		return s.fallback(sh, req, nil)
 	}
-	if probe {
-		// A probe that panics (recovered above, as net/http does) must not
-		// leave the breaker half-open with its probe out forever.
-		defer func() {
-			if r := recover(); r != nil {
-				sh.mu.Lock()
-				sh.b.abandon(true)
-				sh.mu.Unlock()
-				panic(r)
-			}
-		}()
-	}
-	granted, d, err, v := s.ask(ctx, sh, req, max(want, req.EffectiveCost()))
+	granted, d, err, v := s.ask(ctx, s.watched(c), sh, req, max(want, req.EffectiveCost()), probe)
 	switch v {
 	case invalid:
-		sh.mu.Lock()
-		sh.b.abandon(probe)
-		sh.mu.Unlock()
+		s.abandon(sh, probe)
 		return 0, limit.Decision{}, err
 	case down:
 		s.trip(sh, err)
 		return s.fallback(sh, req, err)
 	case gaveUp, shed:
-		sh.mu.Lock()
-		sh.b.abandon(probe)
-		sh.mu.Unlock()
+		s.abandon(sh, probe)
 		if v == gaveUp {
 			return 0, limit.Decision{}, fmt.Errorf("guard: %w", ctx.Err())
 		}
@@ -505,26 +488,27 @@ const (
 	gaveUp                  // the caller cancelled: nothing is known
 )
 
-// Why a watchdog ended a call: the deadline of a store that cannot say
-// whether its node answers; the node silent for DownAfter, or its breaker
-// opened by other calls; the call waiting Timeout and MaxQueue out while
-// the node answered others. The first two wrap context.DeadlineExceeded:
-// for the remote, whose call they cancel, a deadline passed.
-var (
-	errDeadline = fmt.Errorf("guard: %w", context.DeadlineExceeded)
-	errDown     = fmt.Errorf("%w: the node owes replies and has sent nothing", context.DeadlineExceeded)
-	errQueued   = errors.New("waited too long in this process while the node answered")
-)
-
-// ask makes one call to the remote, watched: past Timeout the call waits
+// ask makes one call to the remote, watched under c (nil: unwatched,
+// under ctx alone): past Timeout the call waits
 // while its node answers or is merely slow, up to MaxQueue more, and ends
 // when the node is judged down.
-func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int64) (int64, limit.Decision, error, verdict) {
-	node := sh.name
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	w := s.watchdog(sh, cancel)
-
+func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (int64, limit.Decision, error, verdict) {
+	var cctx context.Context = c
+	if c == nil {
+		cctx = ctx
+	}
+	defer func() {
+		// A remote that panics (recovered above, as net/http does) must
+		// not leave its call listed, watched forever, nor the breaker
+		// half-open with its probe out.
+		if r := recover(); r != nil {
+			if c != nil {
+				s.finish(c)
+			}
+			s.abandon(sh, probe)
+			panic(r)
+		}
+	}()
 	var (
 		granted int64
 		d       limit.Decision
@@ -538,36 +522,30 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	} else {
 		granted, d, err = s.granter.TakeUpTo(cctx, req, want)
 	}
-	w.done.Store(true)
-	stopped := w.timer.Load().Stop()
-	began := w.start
-	if w.waited.Load() {
-		s.metrics.queued(time.Since(began))
+	why, began := running, time.Time{} // began: zero for an unwatched call
+	if c != nil {
+		var waited bool
+		began = c.start
+		if why, waited = s.finish(c); waited {
+			s.metrics.queued(time.Since(began))
+		}
 	}
-	if stopped && !w.fired.Load() {
-		// The watchdog never looked, and never will: the next call may
-		// have it. (A watchdog that is reused and then fires reads the
-		// fields set for its new call: watchdog sets them before
-		// storing done, which fire loads first.)
-		w.sh, w.cancel = nil, nil
-		s.dogs.Put(w)
-	}
-	w = nil
 	if err == nil {
 		return granted, d, nil, ok
 	}
-	switch cause := context.Cause(cctx); {
+	switch {
 	case errors.Is(err, limit.ErrInvalid):
 		// Refused before any I/O: nothing is known about the node, even
-		// when the watchdog fired before this goroutine ran again.
+		// when the watcher ended the call before this goroutine ran again.
 		return 0, d, err, invalid
 	case errors.Is(err, limit.ErrBadReply):
 		return 0, d, err, answered
-	case errors.Is(cause, errDeadline):
-		return 0, d, fmt.Errorf("no answer in %v: %w (%w)", s.timeout, errDeadline, err), ok
-	case errors.Is(cause, errDown):
-		return 0, d, fmt.Errorf("guard: node %q down after %v: %w", node, time.Since(began).Round(time.Millisecond), errDown), down
-	case errors.Is(cause, errQueued):
+	case why == endTimeout:
+		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.cfg.Timeout, context.DeadlineExceeded, err), ok
+	case why == endDown:
+		return 0, d, fmt.Errorf("guard: node %q down after %v: %w: the node owes replies and has sent nothing",
+			sh.name, time.Since(began).Round(time.Millisecond), context.DeadlineExceeded), down
+	case why == endQueued:
 		return 0, d, err, shed
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller cancelled (its client went away): that says nothing
@@ -578,7 +556,7 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 		// answering kept it waiting: that counts against the node, or a
 		// caller deadline shorter than Timeout would keep a hung node's
 		// breaker closed forever. One that is answering did not.
-		if s.stalled != nil && !s.stalled(node, min(s.downAfter, time.Since(began))) {
+		if s.cfg.Stalled != nil && !s.cfg.Stalled(sh.name, min(s.cfg.DownAfter, time.Since(began))) {
 			return 0, d, err, shed
 		}
 		return 0, d, err, ok
@@ -586,94 +564,18 @@ func (s *Store) ask(ctx context.Context, sh *shard, req *limit.Request, want int
 	return 0, d, err, ok
 }
 
-// watchdog ends one remote call that runs past the Store's Timeout when
-// its node is down, or when it has waited MaxQueue more while its node
-// answered others.
-type watchdog struct {
-	s      *Store
-	sh     *shard
-	start  time.Time
-	cancel context.CancelCauseFunc
-	timer  atomic.Pointer[time.Timer] // set before the timer is armed
-	due    atomic.Int64               // when the timer should fire, as time.Since(start)
-	done   atomic.Bool                // the call has returned
-	waited atomic.Bool                // the call ran past Timeout with its node answering
-	fired  atomic.Bool                // fire has run for this call
-}
-
-// watchdog returns a watchdog for a call to sh that cancel ends, armed for
-// Timeout. A call that ends before Timeout, as almost every call does,
-// returns it to the Store's pool with its timer, so a healthy node's calls
-// allocate neither.
-func (s *Store) watchdog(sh *shard, cancel context.CancelCauseFunc) *watchdog {
-	w, _ := s.dogs.Get().(*watchdog)
-	if w == nil {
-		w = &watchdog{s: s}
-		w.timer.Store(time.AfterFunc(time.Duration(math.MaxInt64), w.fire))
-	}
-	w.sh, w.start, w.cancel = sh, time.Now(), cancel
-	w.done.Store(false)
-	w.waited.Store(false)
-	w.arm(s.timeout)
-	return w
-}
-
-// arm sets the timer to fire after d.
-func (w *watchdog) arm(d time.Duration) {
-	w.due.Store(int64(time.Since(w.start) + d))
-	w.timer.Load().Reset(d)
-}
-
-// fire runs when the call has waited Timeout, and again every half
-// Timeout while it waits.
-func (w *watchdog) fire() {
-	w.fired.Store(true)
-	if w.done.Load() {
-		return
-	}
-	s := w.s
-	if s.stalled == nil {
-		w.cancel(errDeadline)
-		return
-	}
-	step := max(s.timeout/2, time.Microsecond)
-	left := s.timeout + s.maxQueue - time.Since(w.start)
-	if late := time.Since(w.start) - time.Duration(w.due.Load()); late > step && left > 0 {
-		// This process did not run for a while (the machine or its
-		// scheduler held it): the node's silence over that time may be
-		// ours too. Look again once running on time.
-		w.arm(min(step, left))
-		return
-	}
-	if s.stalled(w.sh.name, s.downAfter) {
-		w.cancel(errDown)
-		return
-	}
-	w.sh.mu.Lock()
-	open := w.sh.b.state == Open
-	w.sh.mu.Unlock()
-	if open {
-		// Other calls found the node down meanwhile. (A half-open
-		// breaker's probe is this call or another one: it decides.)
-		w.cancel(errDown)
-		return
-	}
-	if !s.stalled(w.sh.name, step) {
-		// The node is answering: this call waits in this process.
-		w.waited.Store(true)
-	}
-	if left <= 0 {
-		w.cancel(errQueued)
-		return
-	}
-	w.arm(min(step, left))
+// abandon ends an admitted call that gave no verdict on sh's node.
+func (s *Store) abandon(sh *shard, probe bool) {
+	sh.mu.Lock()
+	sh.b.abandon(probe)
+	sh.mu.Unlock()
 }
 
 // trip opens sh's breaker at once: its node has been silent for DownAfter
 // while owing replies, which no number of further calls needs to confirm.
 // Calls that were waiting when another tripped it leave it as it is.
 func (s *Store) trip(sh *shard, err error) {
-	now := s.now()
+	now := s.cfg.Now()
 	sh.mu.Lock()
 	from := sh.b.state
 	if from != Open {
@@ -681,7 +583,7 @@ func (s *Store) trip(sh *shard, err error) {
 		sh.b.probing = false
 	}
 	sh.mu.Unlock()
-	s.metrics.failure(sh.name, true)
+	sh.m.failure(true)
 	if from != Open {
 		s.transitioned(sh, from, Open, err)
 	}
@@ -690,7 +592,7 @@ func (s *Store) trip(sh *shard, err error) {
 // record feeds a call's outcome to the shard's breaker, reports a change,
 // and returns when it was recorded and the breaker's state after it.
 func (s *Store) record(sh *shard, probe bool, err error) (time.Time, State) {
-	now := s.now()
+	now := s.cfg.Now()
 	sh.mu.Lock()
 	from, to := sh.b.record(now, probe, err)
 	if to == Closed && err == nil {
@@ -698,7 +600,7 @@ func (s *Store) record(sh *shard, probe bool, err error) (time.Time, State) {
 	}
 	sh.mu.Unlock()
 	if err != nil {
-		s.metrics.failure(sh.name, isTimeout(err))
+		sh.m.failure(isTimeout(err))
 	}
 	if from != to {
 		s.transitioned(sh, from, to, err)
@@ -718,16 +620,16 @@ func (s *Store) transitioned(sh *shard, from, to State, err error) {
 	}
 	switch to {
 	case Open:
-		s.log.LogAttrs(context.Background(), slog.LevelWarn, "rate limit shard unavailable; limiting its keys locally",
-			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Int64("pause_ms", s.pause.Milliseconds()), slog.Any("error", err))
+		s.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "rate limit shard unavailable; limiting its keys locally",
+			slog.String("shard", sh.name), slog.String("from", from.String()), slog.Int64("pause_ms", s.cfg.Pause.Milliseconds()), slog.Any("error", err))
 	case HalfOpen:
-		s.log.LogAttrs(context.Background(), slog.LevelDebug, "rate limit shard probed", slog.String("shard", sh.name))
+		s.cfg.Logger.LogAttrs(context.Background(), slog.LevelDebug, "rate limit shard probed", slog.String("shard", sh.name))
 	default:
-		s.log.LogAttrs(context.Background(), slog.LevelInfo, "rate limit shard answering again",
+		s.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "rate limit shard answering again",
 			slog.String("shard", sh.name), slog.String("from", from.String()))
 	}
-	if s.onTransition != nil {
-		s.onTransition(sh.name, from, to, err)
+	if s.cfg.OnTransition != nil {
+		s.cfg.OnTransition(sh.name, from, to, err)
 	}
 }
 
@@ -736,7 +638,7 @@ func (s *Store) transitioned(sh *shard, from, to State, err error) {
 // failure of this request's own call, nil when the breaker kept it from
 // calling.
 func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, limit.Decision, error) {
-	now := s.now()
+	now := s.cfg.Now()
 	if i := req.FailClosed(); i >= 0 {
 		l := &req.Limits[i]
 		sh.mu.Lock()
@@ -745,22 +647,18 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 			cause = sh.b.cause
 		}
 		sh.mu.Unlock()
-		s.metrics.fallback(limit.FromFailClosed, false)
+		s.metrics.fallback(true, false)
 		d := limit.Decision{Index: i, RetryAfter: wait, Source: limit.FromFailClosed}
 		if cause == nil {
 			return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w", l.Name, sh.name, ErrUnavailable)
 		}
 		return 0, d, fmt.Errorf("guard: limit %q fails closed and shard %q cannot answer: %w: %w", l.Name, sh.name, ErrUnavailable, cause)
 	}
-	if err := req.Validate(); err != nil {
-		// The remote validates what it is asked; a local answer must too.
-		return 0, limit.Decision{}, err
-	}
 	sh.mu.Lock()
 	if sh.fleet == 0 {
-		sh.fleet = s.fleetSize()
+		sh.fleet = s.cfg.Fleet.Size()
 	}
-	part := share(s.slack, sh.fleet)
+	part := share(s.cfg.Slack, sh.fleet)
 	sh.mu.Unlock()
 	local := *req
 	local.Limits = make([]limit.Limit, len(req.Limits))
@@ -775,7 +673,7 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 	// a local answer must read as one wherever it is spent.
 	granted, d := s.local.TakeUpToAt(ms, &local, req.EffectiveCost())
 	d.Source = limit.FromLocalFallback
-	s.metrics.fallback(limit.FromLocalFallback, d.Allowed)
+	s.metrics.fallback(false, d.Allowed)
 	return granted, d, nil
 }
 
@@ -801,28 +699,15 @@ func (s *Store) seed(lw lastWord, req, local *limit.Request, part float64) {
 	}
 }
 
-// fleetSize is the current number of gateways, at least 1.
-func (s *Store) fleetSize() int {
-	if s.fleet != nil {
-		if n := s.fleet(); n >= 1 {
-			return n
-		}
-	}
-	return s.gateways
-}
-
 func (s *Store) shard(key string) *shard {
 	name := ""
-	if s.shardOf != nil {
-		name = s.shardOf(key)
+	if s.cfg.Shard != nil {
+		name = s.cfg.Shard(key)
 	}
 	if v, ok := s.shards.Load(name); ok {
 		return v.(*shard)
 	}
-	v, loaded := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.tripAfter, pause: s.pause}})
-	if !loaded {
-		s.metrics.known(name)
-	}
+	v, _ := s.shards.LoadOrStore(name, &shard{name: name, b: breaker{tripAfter: s.cfg.TripAfter, pause: s.cfg.Pause}, m: s.metrics.known(name)})
 	return v.(*shard)
 }
 
@@ -837,7 +722,7 @@ func (s *Store) Breaker(shardName string) State {
 	sh := v.(*shard)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.b.state == Open && !s.now().Before(sh.b.until) {
+	if sh.b.state == Open && !s.cfg.Now().Before(sh.b.until) {
 		return HalfOpen
 	}
 	return sh.b.state

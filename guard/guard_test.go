@@ -246,9 +246,9 @@ func TestLocalShare(t *testing.T) {
 			clk := limittest.NewClock(start)
 			remote := newFlaky(clk.Now)
 			remote.set("a", "error")
-			cfg := guard.Config{TripAfter: 1, Gateways: tc.gateways, Slack: tc.slack, Now: clk.Now, Shard: shardOf}
+			cfg := guard.Config{TripAfter: 1, Fleet: limit.Fleet{Gateways: tc.gateways}, Slack: tc.slack, Now: clk.Now, Shard: shardOf}
 			if tc.fleet >= 0 {
-				cfg.Fleet = func() int { return tc.fleet }
+				cfg.Fleet.Count = func() int { return tc.fleet }
 			}
 			s, err := guard.New(remote, cfg)
 			if err != nil {
@@ -275,7 +275,7 @@ func TestFallbackFleetIsFixedPerOutage(t *testing.T) {
 	remote := newFlaky(clk.Now)
 	var n atomic.Int64
 	n.Store(3)
-	s, err := guard.New(remote, guard.Config{Pause: time.Second, Now: clk.Now, Shard: shardOf, Fleet: func() int { return int(n.Load()) }})
+	s, err := guard.New(remote, guard.Config{Pause: time.Second, Now: clk.Now, Shard: shardOf, Fleet: limit.Fleet{Count: func() int { return int(n.Load()) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func TestNewRejects(t *testing.T) {
 		{"negative trip count", remote, guard.Config{TripAfter: -1}},
 		{"negative pause", remote, guard.Config{Pause: -1}},
 		{"negative slack", remote, guard.Config{Slack: -2}},
-		{"negative fleet", remote, guard.Config{Gateways: -3}},
+		{"negative fleet", remote, guard.Config{Fleet: limit.Fleet{Gateways: -3}}},
 		{"down after below the timeout", remote, guard.Config{Timeout: 20 * time.Millisecond, DownAfter: 15 * time.Millisecond}},
 		{"down after below the default timeout", remote, guard.Config{DownAfter: time.Millisecond}},
 	} {

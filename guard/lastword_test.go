@@ -43,7 +43,7 @@ func TestLocalStartsFromSharedWord(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := limittest.NewClock(start)
 			remote := newFlaky(clk.Now)
-			s, err := guard.New(remote, guard.Config{TripAfter: 1, Gateways: tc.gateways, Now: clk.Now, Shard: shardOf})
+			s, err := guard.New(remote, guard.Config{TripAfter: 1, Fleet: limit.Fleet{Gateways: tc.gateways}, Now: clk.Now, Shard: shardOf})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,9 @@ import (
 )
 
 // metrics are the guard's Prometheus collectors. A nil *metrics counts
-// nothing.
+// nothing. The series a decision or a failed call counts are bound once
+// (the fallback's here, each shard's in its shardMetrics), so counting
+// costs an atomic add and no label lookup.
 type metrics struct {
 	state     *prometheus.GaugeVec
 	opened    *prometheus.CounterVec
@@ -19,6 +21,13 @@ type metrics struct {
 	fallbacks *prometheus.CounterVec
 	shedded   prometheus.Counter
 	queue     prometheus.Histogram
+
+	localAllowed, localRefused, failClosed prometheus.Counter // fallbacks, by source and outcome
+}
+
+// shardMetrics are one shard's failure series; nil counters count nothing.
+type shardMetrics struct {
+	errors, timeouts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -63,21 +72,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// The fallback labels are a small fixed set: make each series exist at
 	// zero so that rate() over them has data on a healthy fleet.
-	m.fallbacks.WithLabelValues(string(limit.FromLocalFallback), "allowed")
-	m.fallbacks.WithLabelValues(string(limit.FromLocalFallback), "refused")
-	m.fallbacks.WithLabelValues(string(limit.FromFailClosed), "refused")
+	m.localAllowed = m.fallbacks.WithLabelValues(string(limit.FromLocalFallback), "allowed")
+	m.localRefused = m.fallbacks.WithLabelValues(string(limit.FromLocalFallback), "refused")
+	m.failClosed = m.fallbacks.WithLabelValues(string(limit.FromFailClosed), "refused")
 	return m, nil
 }
 
-// known makes shard's series exist, at zero unless already counted.
-func (m *metrics) known(shard string) {
+// known makes shard's series exist, at zero unless already counted, and
+// returns its failure counters.
+func (m *metrics) known(shard string) shardMetrics {
 	if m == nil {
-		return
+		return shardMetrics{}
 	}
 	m.state.WithLabelValues(shard)
 	m.opened.WithLabelValues(shard)
-	m.timeouts.WithLabelValues(shard)
-	m.errors.WithLabelValues(shard)
+	return shardMetrics{errors: m.errors.WithLabelValues(shard), timeouts: m.timeouts.WithLabelValues(shard)}
 }
 
 func (m *metrics) transition(shard string, to State) {
@@ -90,13 +99,13 @@ func (m *metrics) transition(shard string, to State) {
 	}
 }
 
-func (m *metrics) failure(shard string, timeout bool) {
-	if m == nil {
+func (sm shardMetrics) failure(timeout bool) {
+	if sm.errors == nil {
 		return
 	}
-	m.errors.WithLabelValues(shard).Inc()
+	sm.errors.Inc()
 	if timeout {
-		m.timeouts.WithLabelValues(shard).Inc()
+		sm.timeouts.Inc()
 	}
 }
 
@@ -112,13 +121,16 @@ func (m *metrics) queued(d time.Duration) {
 	}
 }
 
-func (m *metrics) fallback(src limit.Source, allowed bool) {
-	if m == nil {
-		return
+// fallback counts a local answer: allowed or refused by the local
+// fallback, or refused because a limit fails closed.
+func (m *metrics) fallback(failClosed, allowed bool) {
+	switch {
+	case m == nil:
+	case failClosed:
+		m.failClosed.Inc()
+	case allowed:
+		m.localAllowed.Inc()
+	default:
+		m.localRefused.Inc()
 	}
-	outcome := "refused"
-	if allowed {
-		outcome = "allowed"
-	}
-	m.fallbacks.WithLabelValues(string(src), outcome).Inc()
 }

@@ -16,7 +16,7 @@ func Example() {
 	// The store leases draw from: any limit.Granter. In production the
 	// guarded Redis store (pipeline.New builds it); here the in-process one.
 	shared := memstore.New(memstore.Config{Now: clk.Now})
-	s, _ := lease.New(shared, lease.Config{Gateways: 1, Now: clk.Now})
+	s, _ := lease.New(shared, lease.Config{Fleet: limit.Fleet{Gateways: 1}, Now: clk.Now})
 	defer s.Close()
 
 	// A client retrying in a loop against 10 a second: once the shared

@@ -45,7 +45,7 @@ func (s *shedding) TakeUpTo(ctx context.Context, req *limit.Request, want int64)
 // each waiting out the guard's bound again.
 func TestWaitersOfAFailedFlightAskAtOnce(t *testing.T) {
 	inner := &shedding{}
-	s, err := New(inner, Config{Gateways: 1})
+	s, err := New(inner, Config{Fleet: limit.Fleet{Gateways: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestWaitersOfAFailedFlightAskAtOnce(t *testing.T) {
 func TestPanicInStoreReleasesTheFlight(t *testing.T) {
 	inner := &shedding{}
 	inner.panicky.Store(true)
-	s, err := New(inner, Config{Gateways: 1})
+	s, err := New(inner, Config{Fleet: limit.Fleet{Gateways: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,12 +52,9 @@ import (
 
 // Config configures a Store. The zero value gives the defaults.
 type Config struct {
-	// Gateways is the fleet size used when Fleet is nil or does not know.
-	// Zero means 1.
-	Gateways int
-	// Fleet, if set, reports the current number of gateways (from the rules
-	// service); a result below 1 means unknown, and Gateways is used.
-	Fleet func() int
+	// Fleet is how many gateways share the limits: each leases its share
+	// of a batch. The zero value is a fleet of one.
+	Fleet limit.Fleet
 	// Lookahead is how much of a limit's time one batch holds: a gateway
 	// leases rate × Lookahead / gateways tokens at once. Zero means 100ms.
 	Lookahead time.Duration
@@ -80,8 +78,7 @@ type Config struct {
 // refill leases in the background; Close stops them.
 type Store struct {
 	inner     limit.Granter
-	gateways  int
-	fleet     func() int
+	fleet     limit.Fleet
 	lookahead time.Duration
 	ttl       int64 // ms
 	idle      int64 // ms
@@ -114,21 +111,22 @@ var _ limit.Store = (*Store)(nil)
 
 // New returns a Store drawing from inner.
 func New(inner limit.Granter, cfg Config) (*Store, error) {
+	if err := cfg.Fleet.Validate(); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
 	switch {
 	case inner == nil:
 		return nil, errors.New("lease: inner store is nil")
-	case cfg.Gateways < 0:
-		return nil, fmt.Errorf("lease: %d gateways: must not be negative", cfg.Gateways)
 	case cfg.Lookahead < 0 || cfg.TTL < 0 || cfg.Idle < 0:
 		return nil, fmt.Errorf("lease: negative duration (lookahead %v, ttl %v, idle %v)", cfg.Lookahead, cfg.TTL, cfg.Idle)
 	case cfg.Lookahead > 0 && cfg.Lookahead < time.Millisecond:
 		return nil, fmt.Errorf("lease: lookahead %v is shorter than 1ms", cfg.Lookahead)
 	}
 	s := &Store{
-		inner: inner, gateways: max(cfg.Gateways, 1), fleet: cfg.Fleet,
-		lookahead: orDefault(cfg.Lookahead, 100*time.Millisecond),
-		ttl:       orDefault(cfg.TTL, time.Second).Milliseconds(),
-		idle:      orDefault(cfg.Idle, 5*time.Second).Milliseconds(),
+		inner: inner, fleet: cfg.Fleet,
+		lookahead: cmp.Or(cfg.Lookahead, 100*time.Millisecond),
+		ttl:       cmp.Or(cfg.TTL, time.Second).Milliseconds(),
+		idle:      cmp.Or(cfg.Idle, 5*time.Second).Milliseconds(),
 		now:       cfg.Now, log: cfg.Logger,
 		shards: striped.New[string, *entry](shardCount),
 		demand: make([]slot, demandSlots),
@@ -147,13 +145,6 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 	s.metrics = m
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Close stops background refills, waiting for those in flight, and drops
@@ -175,6 +166,11 @@ func (s *Store) Close() {
 // limits are checked on every request.
 // Errors are the inner store's, including its fail-closed refusals.
 //
+// req must be valid (limit.Request.Validate): the lease store does not
+// check it again, and a busy key's request may be answered from memory
+// without reaching a store that would. The layer on top
+// (pipeline.Pipeline) validates each request once.
+//
 // A lease-served answer's Remaining is the shared store's count at its last
 // grant plus the tokens this gateway still holds: the best it knows without
 // asking.
@@ -184,12 +180,7 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
 	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
-		// req goes to the inner store as it is, and the inner store
-		// validates it (every store in sluice does).
 		return s.takeQuiet(ctx, req, h, sl)
-	}
-	if err := req.Validate(); err != nil {
-		return limit.Decision{}, err
 	}
 	if req.HasShadow() {
 		// A token spent from memory would say nothing of the shadow
@@ -197,129 +188,161 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 		// store, in the same call as the enforced ones.
 		return s.inner.Take(ctx, req)
 	}
-	cost := req.EffectiveCost()
-	batch := s.batch(req)
 	e := s.entry(req, h, sl, now, cur, prev)
-
-	e.mu.Lock()
-	b := &e.b
-	size := min(batch, b.seen(now, s.window))
+	m := miss{cost: req.EffectiveCost(), batch: s.batch(req)}
 	for {
-		if b.spend(now, cost) {
-			d := b.leased(now)
-			refill := size > 1 && 2*b.tokens < size && !b.fetching
-			b.fetching = b.fetching || refill
-			dropped := b.takeDropped()
-			e.mu.Unlock()
-			s.metrics.served(limit.FromLease, dropped)
-			if refill {
-				s.refill(e, req, size)
+		d, wait, served := s.fromMemory(e, now, &m)
+		if served {
+			s.metrics.served(d.Source, m.dropped)
+			if m.refill {
+				s.refill(e, req, m.size)
 			}
-			d.Source = limit.FromLease
 			return d, nil
 		}
-		// Leased tokens are already paid for, so only a request the lease
-		// cannot serve reads the refusal cache.
-		if b.refused(now, cost) {
-			d := b.deniedAt(now)
-			dropped := b.takeDropped()
-			e.mu.Unlock()
-			s.metrics.served(limit.FromRefusalCache, dropped)
-			d.Source = limit.FromRefusalCache
-			return d, nil
+		if wait == nil {
+			return s.ask(ctx, e, req, &m)
 		}
 		// A key the shared store refused last has one call in flight per
 		// gateway: later requests wait for its answer and read it from the
 		// book (a refusal, or the batch it fetched), so a client retrying
 		// as hard as it can costs a bounded number of calls.
-		ch := b.asking
-		if ch == nil || !b.lastRefused {
-			break
-		}
-		e.mu.Unlock()
 		select {
-		case <-ch:
+		case <-wait:
 		case <-ctx.Done():
 			return limit.Decision{}, fmt.Errorf("lease: %w", ctx.Err())
 		}
 		now = s.now().UnixMilli()
-		e.mu.Lock()
 	}
-	var asking chan struct{}
+}
+
+// miss is one request's dealings with its key's book: what it costs, the
+// batch its key leases, and, once memory cannot answer it, the call it
+// makes to the shared store.
+type miss struct {
+	cost, batch int64
+	size        int64 // the batch this key's demand here earns; 0 until counted
+	refill      bool  // a token was spent and the next batch is to be fetched
+
+	reserved, reservedUntil int64 // leased tokens set aside for the call, and their expiry
+	need, want              int64 // the call takes need tokens, and up to want
+	fetch                   bool  // the call fetches the key's next batch
+	asking                  chan struct{}
+	dropped                 int64
+}
+
+// fromMemory answers req from e's book when it can: a leased token
+// (refilled in the background once half the batch is gone) or a
+// remembered refusal. Otherwise it returns a channel to wait on, when a
+// call for the refused key is already out, or, with neither, sets up m's
+// call to the shared store.
+func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait <-chan struct{}, served bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := &e.b
+	if m.size == 0 {
+		m.size = min(m.batch, b.seen(now, s.window))
+	}
+	if b.spend(now, m.cost) {
+		d = b.leased(now)
+		m.refill = m.size > 1 && 2*b.tokens < m.size && !b.fetching
+		b.fetching = b.fetching || m.refill
+		m.dropped = b.takeDropped()
+		d.Source = limit.FromLease
+		return d, nil, true
+	}
+	// Leased tokens are already paid for, so only a request the lease
+	// cannot serve reads the refusal cache.
+	if b.refused(now, m.cost) {
+		d = b.deniedAt(now)
+		m.dropped = b.takeDropped()
+		d.Source = limit.FromRefusalCache
+		return d, nil, true
+	}
+	if b.asking != nil && b.lastRefused {
+		return d, b.asking, false
+	}
 	if b.lastRefused {
-		asking = make(chan struct{})
-		b.asking = asking
+		m.asking = make(chan struct{})
+		b.asking = m.asking
 	}
 	// Ask the shared store, with the few leased tokens left (fewer than the
 	// cost) set aside for this request. Only one batch per key is in
 	// flight; meanwhile other misses take exactly what they need.
-	reserved, reservedUntil := b.tokens, b.expires
+	m.reserved, m.reservedUntil = b.tokens, b.expires
 	b.tokens = 0
-	need := cost - reserved
-	want := need
-	fetch := size > 1 && !b.fetching
-	if fetch {
-		want = max(need, size)
+	m.need = m.cost - m.reserved
+	m.want = m.need
+	m.fetch = m.size > 1 && !b.fetching
+	if m.fetch {
+		m.want = max(m.need, m.size)
 		b.fetching = true
 	}
-	dropped := b.takeDropped()
-	e.mu.Unlock()
-	s.metrics.asked(fetch, dropped)
+	m.dropped = b.takeDropped()
+	return d, nil, false
+}
 
-	// Whatever happens to the call, even a panic in the inner store, the
-	// flags it set are cleared and its waiters woken.
-	asked := false
-	defer func() {
-		if asked {
-			return
-		}
-		e.mu.Lock()
-		if fetch {
-			b.fetching = false
-		}
-		if asking != nil {
-			close(asking)
-			b.asking, b.lastRefused = nil, false
-		}
-		e.mu.Unlock()
-	}()
-	one := limit.Request{Key: req.Key, Cost: need, Limits: req.Limits}
-	granted, d, err := s.inner.TakeUpTo(ctx, &one, want)
-	asked = true
+// ask makes m's call to the shared store and writes its answer in e's
+// book. Whatever happens to the call, even a panic in the inner store, the
+// flags it set are cleared and its waiters woken.
+func (s *Store) ask(ctx context.Context, e *entry, req *limit.Request, m *miss) (d limit.Decision, err error) {
+	s.metrics.asked(m.fetch, m.dropped)
+	var a *answer // nil while the call has not returned
+	defer func() { d, err = s.settle(e, req, m, a) }()
+	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits}
+	granted, d, err := s.inner.TakeUpTo(ctx, &one, m.want)
+	a = &answer{granted, d, err}
+	return d, err
+}
 
-	now = s.now().UnixMilli()
+// answer is the shared store's answer to a miss's call.
+type answer struct {
+	granted int64
+	d       limit.Decision
+	err     error
+}
+
+// settle ends m's call: it clears the flight's flags and wakes its waiters
+// and, if the call returned (a not nil), books its answer and returns what
+// the request gets.
+func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.Decision, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if fetch {
+	b := &e.b
+	if m.fetch {
 		b.fetching = false
 	}
-	if asking != nil {
-		close(asking)
+	if m.asking != nil {
+		close(m.asking)
 		b.asking = nil
 	}
-	if err != nil || !d.Allowed {
-		if reserved > 0 && now < reservedUntil {
-			b.tokens += reserved
-			b.expires = max(b.expires, reservedUntil)
+	if a == nil {
+		b.lastRefused = false
+		return limit.Decision{}, nil
+	}
+	now := s.now().UnixMilli()
+	if a.err != nil || !a.d.Allowed {
+		if m.reserved > 0 && now < m.reservedUntil {
+			b.tokens += m.reserved
+			b.expires = max(b.expires, m.reservedUntil)
 		}
-		if err == nil && shared(d.Source) {
-			b.deny(now, cost, s.ttl, d, holdFor(req, d, size, cost))
+		if a.err == nil && shared(a.d.Source) {
+			b.deny(now, m.cost, s.ttl, a.d, holdFor(req, a.d, m.size, m.cost))
 		} else {
 			// No shared answer to wait for (an error, a shed request, a
 			// local guess): the waiters ask for themselves, at once,
 			// rather than one after another each waiting out the guard.
 			b.lastRefused = false
 		}
-		return d, err
+		return a.d, a.err
 	}
 	b.lastRefused = false
-	if extra := reserved + granted - cost; extra > 0 {
-		b.add(now, extra, s.ttl, d)
-		d.Remaining += extra
+	if extra := m.reserved + a.granted - m.cost; extra > 0 {
+		b.add(now, extra, s.ttl, a.d)
+		a.d.Remaining += extra
 	} else {
-		b.last, b.lastAt = d, now
+		b.last, b.lastAt = a.d, now
 	}
-	return d, nil
+	return a.d, nil
 }
 
 // takeQuiet answers a request for a quiet key with nothing remembered:
@@ -420,18 +443,8 @@ func (s *Store) batch(req *limit.Request) int64 {
 		rate = min(rate, float64(l.Count)/l.Period.Seconds())
 		burst = min(burst, l.EffectiveBurst())
 	}
-	n := int64(rate * s.lookahead.Seconds() / float64(s.fleetSize()))
+	n := int64(rate * s.lookahead.Seconds() / float64(s.fleet.Size()))
 	return max(1, min(n, burst))
-}
-
-// fleetSize is the current number of gateways, at least 1.
-func (s *Store) fleetSize() int {
-	if s.fleet != nil {
-		if n := s.fleet(); n >= 1 {
-			return n
-		}
-	}
-	return s.gateways
 }
 
 // entry returns req's entry, making it if need be; h is its key's hash and

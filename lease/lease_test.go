@@ -48,7 +48,7 @@ func newFleet(t *testing.T, n int, now func() time.Time) *fleet {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := New(g, Config{Gateways: n, Now: now})
+		s, err := New(g, Config{Fleet: limit.Fleet{Gateways: n}, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestBatch(t *testing.T) {
 		{"window limits are not leased", []limit.Limit{bucket(1000, 0), {Name: "h", Count: 1e6, Period: time.Hour, Algorithm: limit.FixedWindow}}, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(stub{}, Config{Gateways: tc.gateways})
+			s, err := New(stub{}, Config{Fleet: limit.Fleet{Gateways: tc.gateways}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +207,7 @@ func TestCallsPerRequest(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s, err := New(g, Config{Gateways: 3, Now: clk.Now, Lookahead: tc.lookahead})
+				s, err := New(g, Config{Fleet: limit.Fleet{Gateways: 3}, Now: clk.Now, Lookahead: tc.lookahead})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -425,38 +425,6 @@ func TestCloseStopsRefills(t *testing.T) {
 	}
 }
 
-// TestInvalidRequests: a request that is not valid is an error matching
-// limit.ErrInvalid, whether its key is quiet (the inner store validates
-// it) or busy (the lease store does), and takes nothing.
-func TestInvalidRequests(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		req  limit.Request
-	}{
-		{"no limits", limit.Request{Key: "k:a"}},
-		{"negative cost", limit.Request{Key: "k:a", Cost: -1, Limits: []limit.Limit{bucket(10, 10)}}},
-		{"a limit named twice", limit.Request{Key: "k:a", Limits: []limit.Limit{bucket(10, 10), bucket(20, 20)}}},
-		{"a zero rate", limit.Request{Key: "k:a", Limits: []limit.Limit{bucket(0, 10)}}},
-	} {
-		for _, busy := range []bool{false, true} {
-			t.Run(fmt.Sprint(tc.name, map[bool]string{false: ", quiet key", true: ", busy key"}[busy]), func(t *testing.T) {
-				clk := limittest.NewClock(start)
-				f := newFleet(t, 1, clk.Now)
-				if busy { // a valid request makes the key busy first
-					f.decide(t, 0, &limit.Request{Key: "k:a", Limits: []limit.Limit{bucket(10, 10)}})
-				}
-				calls := f.shared.calls.Load()
-				if _, err := f.stores[0].Take(context.Background(), &tc.req); !errors.Is(err, limit.ErrInvalid) {
-					t.Errorf("got error %v, want one matching limit.ErrInvalid", err)
-				}
-				if busy && f.shared.calls.Load() != calls {
-					t.Errorf("busy key: the shared store was called for an invalid request")
-				}
-			})
-		}
-	}
-}
-
 func TestErrorsPass(t *testing.T) {
 	boom := errors.New("boom")
 	s, err := New(failing{boom}, Config{})
@@ -479,7 +447,7 @@ func TestNewRejects(t *testing.T) {
 		cfg   Config
 	}{
 		{"nil inner", nil, Config{}},
-		{"negative gateways", stub{}, Config{Gateways: -1}},
+		{"negative gateways", stub{}, Config{Fleet: limit.Fleet{Gateways: -1}}},
 		{"negative ttl", stub{}, Config{TTL: -time.Second}},
 		{"sub-millisecond lookahead", stub{}, Config{Lookahead: time.Microsecond}},
 	} {

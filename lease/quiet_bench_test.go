@@ -51,7 +51,7 @@ func BenchmarkQuietKeys(b *testing.B) {
 					store = nothing{}
 				}
 				if tc.lease {
-					s, err := New(store.(limit.Granter), Config{Gateways: 1, Now: now, Registerer: prometheus.NewRegistry()})
+					s, err := New(store.(limit.Granter), Config{Fleet: limit.Fleet{Gateways: 1}, Now: now, Registerer: prometheus.NewRegistry()})
 					if err != nil {
 						b.Fatal(err)
 					}

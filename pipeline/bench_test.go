@@ -24,7 +24,7 @@ import (
 //	go test -run '^$' -bench Stack -benchtime 3s ./pipeline
 func BenchmarkStack(b *testing.B) {
 	srv := redistest.Standalone(b)
-	p, err := pipeline.New(b.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: 1})
+	p, err := pipeline.New(b.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: 1}})
 	if err != nil {
 		b.Fatal(err)
 	}

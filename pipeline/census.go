@@ -9,8 +9,9 @@ import (
 	"github.com/sluice-rl/sluice/limit"
 )
 
-// The census: a gateway told neither its fleet size (Config.Gateways) nor
-// how to learn it (Config.Fleet) counts the gateways that share its Redis.
+// The census: a gateway told neither its fleet size (Config.Fleet.Gateways)
+// nor how to learn it (Config.Fleet.Count) counts the gateways that share
+// its Redis.
 // Each one takes a token from one shared sliding log every censusEvery;
 // the log keeps censusTicks periods, so it holds censusTicks entries per
 // live gateway, and a gateway that stops is gone from it after that. The

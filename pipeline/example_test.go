@@ -33,8 +33,8 @@ func Example() {
 // gateway.Config.Store.
 func Example_redis() {
 	p, err := pipeline.New(context.Background(), pipeline.Config{
-		Redis:    redisstore.Config{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379"}},
-		Gateways: 300, // or Fleet: the rules service's count
+		Redis: redisstore.Config{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379"}},
+		Fleet: limit.Fleet{Gateways: 300}, // or Count: the rules service's count
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -17,10 +17,11 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,38 +33,34 @@ import (
 	"github.com/sluice-rl/sluice/share"
 )
 
-// Config configures a Pipeline. Every zero field means its default: the
-// guard's and the lease store's, which this package names in one place
-// (Defaults).
+// Config configures a Pipeline. Every zero field means its default, which
+// the package that owns the field documents and its constructor fills in,
+// as httputil.ReverseProxy's zero fields do.
 type Config struct {
 	// Redis is how to reach the shared store. With no Addrs the pipeline
-	// counts in process (memstore) and the fields below but Logger do not
-	// apply.
+	// counts in process (memstore) and the fields below but Shares and
+	// Logger do not apply.
 	Redis redisstore.Config
-	// The guard's settings, as guard.Config documents them: when a slow
-	// call's node is checked (Timeout, 5ms), how long a silent node takes
-	// to be judged down (DownAfter: 75ms, or three Timeouts when longer),
-	// how long a call may queue in this process before it is shed
-	// (MaxQueue, 1s), the failures in a row that open a breaker
-	// (TripAfter, 5), how long it stays open (Pause, 2s), and the local
-	// fallback's slack (Slack, 2).
-	Timeout, DownAfter, MaxQueue, Pause time.Duration
-	TripAfter                           int
-	Slack                               float64
-	// Gateways is the fleet size until Fleet knows it. With neither, the
-	// gateways count themselves through Redis: each writes an entry to one
-	// shared log (key "sluice:fleet") every second, and the live entries
-	// say how many share the Redis, gone ones dropping out within 3 s.
-	// Until Redis has answered once, the size is 1 (leases and outage
-	// shares sized for one gateway), with a warning. Give every gateway of
-	// a fleet the same setting: a gateway told its size does not write to
-	// the log.
-	Gateways int
-	// Fleet, if set, reports the current fleet size (the rules service's
-	// count); below 1 means unknown, and Gateways is used.
-	Fleet func() int
+	// Guard configures the guard over Redis: deadlines, breakers, the
+	// local fallback (guard.Config documents each field and its default).
+	// Leave its Fleet zero: the pipeline gives it Fleet. A nil Logger or
+	// Registerer means this Config's.
+	Guard guard.Config
+	// Lease configures the token leases and the refusal cache over the
+	// guard (lease.Config). Leave its Fleet zero: the pipeline gives it
+	// Fleet. A nil Logger or Registerer means this Config's.
+	Lease lease.Config
 	// NoLeases checks every request in Redis: no leases, no refusal cache.
 	NoLeases bool
+	// Fleet is how many gateways share the limits, given to the guard and
+	// the leases alike. Zero (neither Gateways nor Count) means counted
+	// through Redis: each gateway writes an entry to one shared log (key
+	// "sluice:fleet") every second, and the live entries say how many
+	// share the Redis, gone ones dropping out within 3 s. Until Redis has
+	// answered once, the size is 1 (leases and outage shares sized for one
+	// gateway), with a warning. Give every gateway of a fleet the same
+	// setting: a gateway told its size does not write to the log.
+	Fleet limit.Fleet
 	// Shares, if set, puts this region's share of every global limit on
 	// top of the stack (package share), in process as over Redis: the
 	// layers below count the region's share, so leases and the local
@@ -75,15 +72,6 @@ type Config struct {
 	// Registerer receives the layers' metrics. Nil registers none.
 	Registerer prometheus.Registerer
 }
-
-// Defaults are the values Config's zero fields stand for. DownAfter has
-// none of its own: zero follows Timeout (see guard.Config.DownAfter), so
-// that a longer Timeout never leaves it below.
-var Defaults = struct {
-	Timeout, MaxQueue, Pause time.Duration
-	TripAfter                int
-	Slack                    float64
-}{guard.DefaultTimeout, guard.DefaultMaxQueue, guard.DefaultPause, guard.DefaultTripAfter, guard.DefaultSlack}
 
 // Pipeline is the decision stack: a limit.Store whose Decisions say which
 // layer answered. It is safe for concurrent use; Close releases it.
@@ -131,16 +119,16 @@ func (p *Pipeline) Shares() *share.Store { return p.shares }
 
 // newStack builds the stack below the region share layer.
 func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if err := cfg.Fleet.Validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if !cfg.Guard.Fleet.IsZero() || !cfg.Lease.Fleet.IsZero() {
+		return nil, errors.New("pipeline: Guard.Fleet or Lease.Fleet is set: give the fleet once, as Config.Fleet")
 	}
 	if len(cfg.Redis.Addrs) == 0 {
 		return &Pipeline{top: memstore.New(memstore.Config{})}, nil
 	}
-	if cfg.Gateways < 0 {
-		return nil, fmt.Errorf("pipeline: %d gateways: must not be negative", cfg.Gateways)
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Redis.Logger == nil {
 		cfg.Redis.Logger = log
 	}
@@ -149,18 +137,17 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{redis: rs, closers: []func(){rs.Close}}
-	if cfg.Fleet == nil && cfg.Gateways == 0 {
+	if cfg.Fleet.IsZero() {
 		c := startCensus(ctx, rs, log)
-		cfg.Fleet, p.closers = c.fleet, append([]func(){c.close}, p.closers...)
+		cfg.Fleet.Count, p.closers = c.fleet, append([]func(){c.close}, p.closers...)
 		if c.fleet() == 0 {
 			log.LogAttrs(ctx, slog.LevelWarn, "fleet size not given and not yet counted through Redis: until it is, leases and outage limits "+
 				"are sized for one gateway; pass --gateways N or follow the rules service (--rules-url)")
 		}
 	}
-	g, err := guard.New(rs, guard.Config{
-		Timeout: cfg.Timeout, DownAfter: cfg.DownAfter, MaxQueue: cfg.MaxQueue, TripAfter: cfg.TripAfter, Pause: cfg.Pause, Slack: cfg.Slack,
-		Gateways: cfg.Gateways, Fleet: cfg.Fleet, Logger: log, Registerer: cfg.Registerer,
-	})
+	gc := cfg.Guard
+	gc.Fleet, gc.Logger, gc.Registerer = cfg.Fleet, cmp.Or(gc.Logger, log), cmp.Or(gc.Registerer, cfg.Registerer)
+	g, err := guard.New(rs, gc)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -170,7 +157,9 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	if cfg.NoLeases {
 		return p, nil
 	}
-	l, err := lease.New(g, lease.Config{Gateways: cfg.Gateways, Fleet: cfg.Fleet, Logger: log, Registerer: cfg.Registerer})
+	lc := cfg.Lease
+	lc.Fleet, lc.Logger, lc.Registerer = cfg.Fleet, cmp.Or(lc.Logger, log), cmp.Or(lc.Registerer, cfg.Registerer)
+	l, err := lease.New(g, lc)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -179,8 +168,16 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	return p, nil
 }
 
-// Take implements limit.Store through every layer.
+// Take implements limit.Store through every layer. It validates req once
+// (limit.Request.Validate; errors match limit.ErrInvalid) before any layer
+// sees it: the guard and the leases take valid requests and do not check
+// them again. In process, memstore validates on its own.
 func (p *Pipeline) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	if p.redis != nil {
+		if err := req.Validate(); err != nil {
+			return limit.Decision{}, err
+		}
+	}
 	return p.top.Take(ctx, req)
 }
 
@@ -204,11 +201,3 @@ func (p *Pipeline) Close() {
 		c()
 	}
 }
-
-// ErrShed and ErrUnavailable are the errors of a shed request and of a
-// fail-closed limit whose Redis node cannot answer: guard's, for callers
-// that import only this package.
-var (
-	ErrShed        = guard.ErrShed
-	ErrUnavailable = guard.ErrUnavailable
-)

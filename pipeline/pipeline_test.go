@@ -16,7 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -50,10 +52,10 @@ func TestLayers(t *testing.T) {
 		want     map[limit.Source]int
 	}{
 		{"in process", pipeline.Config{}, []limit.Limit{quiet}, 12, map[limit.Source]int{limit.FromMemory: 12}},
-		{"quiet key in redis", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm}, []limit.Limit{quiet}, 10, map[limit.Source]int{limit.FromRedis: 10}},
-		{"refused key is cached", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm}, []limit.Limit{quiet}, 13, map[limit.Source]int{limit.FromRedis: 11, limit.FromRefusalCache: 2}},
-		{"busy key is leased", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm}, []limit.Limit{busy}, 200, nil},
-		{"no leases", pipeline.Config{Redis: redis, Gateways: 1, Timeout: calm, NoLeases: true}, []limit.Limit{busy}, 200, map[limit.Source]int{limit.FromRedis: 200}},
+		{"quiet key in redis", pipeline.Config{Redis: redis, Fleet: limit.Fleet{Gateways: 1}, Guard: guard.Config{Timeout: calm}}, []limit.Limit{quiet}, 10, map[limit.Source]int{limit.FromRedis: 10}},
+		{"refused key is cached", pipeline.Config{Redis: redis, Fleet: limit.Fleet{Gateways: 1}, Guard: guard.Config{Timeout: calm}}, []limit.Limit{quiet}, 13, map[limit.Source]int{limit.FromRedis: 11, limit.FromRefusalCache: 2}},
+		{"busy key is leased", pipeline.Config{Redis: redis, Fleet: limit.Fleet{Gateways: 1}, Guard: guard.Config{Timeout: calm}}, []limit.Limit{busy}, 200, nil},
+		{"no leases", pipeline.Config{Redis: redis, Fleet: limit.Fleet{Gateways: 1}, Guard: guard.Config{Timeout: calm}, NoLeases: true}, []limit.Limit{busy}, 200, map[limit.Source]int{limit.FromRedis: 200}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPipeline(t, tc.cfg)
@@ -86,6 +88,76 @@ func TestLayers(t *testing.T) {
 	}
 }
 
+// TestConfigRejected: a fleet given twice, or a negative one, is an error
+// naming the field, in process as over Redis.
+func TestConfigRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  pipeline.Config
+		want string
+	}{
+		{"negative fleet", pipeline.Config{Fleet: limit.Fleet{Gateways: -1}}, "-1 gateways"},
+		{"fleet given to the guard", pipeline.Config{Guard: guard.Config{Fleet: limit.Fleet{Gateways: 3}}}, "Guard.Fleet"},
+		{"fleet given to the leases", pipeline.Config{Lease: lease.Config{Fleet: limit.Fleet{Count: func() int { return 3 }}}}, "Lease.Fleet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := pipeline.New(t.Context(), tc.cfg)
+			if err == nil {
+				p.Close()
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got error %q, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestInvalidRequests: the pipeline validates each request once, on top:
+// one that is not valid is an error matching limit.ErrInvalid, whether its
+// key is quiet or busy (leased, where the layers below would answer from
+// memory without checking it), and takes nothing.
+func TestInvalidRequests(t *testing.T) {
+	srv := redistest.Standalone(t)
+	p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: 1},
+		Guard: guard.Config{Timeout: calm}})
+	// Slow enough to refill that two requests in a row see one token go.
+	ok := limit.Limit{Name: "h", Count: 1000, Period: time.Hour}
+	for _, tc := range []struct {
+		name string
+		req  limit.Request
+	}{
+		{"no limits", limit.Request{}},
+		{"negative cost", limit.Request{Cost: -1, Limits: []limit.Limit{ok}}},
+		{"a limit named twice", limit.Request{Limits: []limit.Limit{ok, {Name: "h", Count: 5, Period: time.Second}}}},
+		{"a zero rate", limit.Request{Limits: []limit.Limit{{Name: "s", Period: time.Second}}}},
+	} {
+		for _, busy := range []bool{false, true} {
+			t.Run(fmt.Sprint(tc.name, map[bool]string{false: ", quiet key", true: ", busy key"}[busy]), func(t *testing.T) {
+				key := "k:" + strings.ReplaceAll(t.Name(), "/", "-")
+				valid := limit.Request{Key: key, Limits: []limit.Limit{ok}}
+				var before limit.Decision
+				for range map[bool]int{false: 1, true: 50}[busy] {
+					d, err := p.Take(t.Context(), &valid)
+					if err != nil {
+						t.Fatal(err)
+					}
+					before = d
+				}
+				bad := tc.req
+				bad.Key = key
+				if _, err := p.Take(t.Context(), &bad); !errors.Is(err, limit.ErrInvalid) {
+					t.Errorf("got error %v, want one matching limit.ErrInvalid", err)
+				}
+				d, err := p.Take(t.Context(), &valid)
+				if err != nil || d.Remaining < before.Remaining-1 {
+					t.Errorf("next valid request: %+v, %v; want %d remaining, as if the invalid one were never asked", d, err, before.Remaining-1)
+				}
+			})
+		}
+	}
+}
+
 // TestFleetCountsItself: gateways told no fleet size count the ones that
 // share their Redis, for their leases and their local limits during an
 // outage, and notice one that stops. A gateway told its size, by
@@ -94,7 +166,7 @@ func TestFleetCountsItself(t *testing.T) {
 	srv := redistest.Standalone(t)
 	redis := redisstore.Config{Addrs: []string{srv.Addr()}}
 	fleetOf := func(p *pipeline.Pipeline) int {
-		if f := p.Guard().Config().Fleet; f != nil {
+		if f := p.Guard().Config().Fleet.Count; f != nil {
 			return f()
 		}
 		return 0
@@ -107,8 +179,8 @@ func TestFleetCountsItself(t *testing.T) {
 	if strings.Contains(logs.String(), "fleet size not given") {
 		t.Errorf("warned of no fleet size with the count at hand:\n%s", logs.String())
 	}
-	told := newPipeline(t, pipeline.Config{Redis: redis, Gateways: 5})
-	followed := newPipeline(t, pipeline.Config{Redis: redis, Fleet: func() int { return 7 }})
+	told := newPipeline(t, pipeline.Config{Redis: redis, Fleet: limit.Fleet{Gateways: 5}})
+	followed := newPipeline(t, pipeline.Config{Redis: redis, Fleet: limit.Fleet{Count: func() int { return 7 }}})
 	second, err := pipeline.New(t.Context(), pipeline.Config{Redis: redis})
 	if err != nil {
 		t.Fatal(err)
@@ -137,13 +209,13 @@ func TestFleetCountsItself(t *testing.T) {
 	counting = []*pipeline.Pipeline{first, third}
 	second.Close()
 	until(2)
-	if got := told.Guard().Config().Gateways; got != 5 {
+	if got := told.Guard().Config().Fleet.Gateways; got != 5 {
 		t.Errorf("--gateways 5: fleet %d, want 5", got)
 	}
 	if got := fleetOf(followed); got != 7 {
 		t.Errorf("following the rules service: fleet %d, want its 7", got)
 	}
-	if _, err := pipeline.New(t.Context(), pipeline.Config{Redis: redis, Gateways: -1}); err == nil {
+	if _, err := pipeline.New(t.Context(), pipeline.Config{Redis: redis, Fleet: limit.Fleet{Gateways: -1}}); err == nil {
 		t.Error("-1 gateways accepted")
 	}
 }
@@ -169,7 +241,7 @@ func TestBusyGatewayKeepsSharedLimits(t *testing.T) {
 	gws := make([]*pipeline.Pipeline, 3)
 	for i := range gws {
 		regs[i] = prometheus.NewRegistry()
-		gws[i] = newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: 3, Registerer: regs[i]})
+		gws[i] = newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: 3}, Registerer: regs[i]})
 	}
 	stop := make(chan struct{})
 	var burners sync.WaitGroup
@@ -262,7 +334,7 @@ func TestBusyGatewayKeepsSharedLimits(t *testing.T) {
 func TestStrayValueIsNotAnOutage(t *testing.T) {
 	srv := redistest.Standalone(t)
 	reg := prometheus.NewRegistry()
-	p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: 1, Timeout: calm, TripAfter: 2, Registerer: reg})
+	p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: 1}, Guard: guard.Config{Timeout: calm, TripAfter: 2}, Registerer: reg})
 	stray := limit.Request{Key: "k:stray", Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}}
 	if _, err := srv.Do(t.Context(), "HSET", p.Redis().RedisKey(stray.Key, &stray.Limits[0]), "not", "sluice"); err != nil {
 		t.Fatal(err)
@@ -325,7 +397,7 @@ func TestNodeWideErrorsAreOutages(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Standalone(t)
-			p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: 1, Timeout: calm, NoLeases: true})
+			p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: 1}, Guard: guard.Config{Timeout: calm}, NoLeases: true})
 			tc.breakNode(t, srv)
 			for i := range 10 {
 				req := limit.Request{Key: fmt.Sprintf("k:%d", i), Limits: []limit.Limit{{Name: "s", Count: 10, Period: time.Second}}}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
@@ -21,7 +22,7 @@ func TestShares(t *testing.T) {
 		redis redisstore.Config
 	}{{"redis", redisstore.Config{Addrs: []string{srv.Addr()}}}, {"in process", redisstore.Config{}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPipeline(t, pipeline.Config{Redis: tc.redis, Timeout: calm, Gateways: 1, Shares: &share.Config{Regions: 3}})
+			p := newPipeline(t, pipeline.Config{Redis: tc.redis, Guard: guard.Config{Timeout: calm}, Fleet: limit.Fleet{Gateways: 1}, Shares: &share.Config{Regions: 3}})
 			if p.Shares() == nil {
 				t.Fatal("got no share layer")
 			}
@@ -60,7 +61,7 @@ func TestSharesRate(t *testing.T) {
 	srv := redistest.Standalone(t)
 	clock := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}, Now: clock.Now},
-		Timeout: calm, Gateways: 1, NoLeases: true, Shares: &share.Config{Regions: 3, Now: clock.Now}})
+		Guard: guard.Config{Timeout: calm}, Fleet: limit.Fleet{Gateways: 1}, NoLeases: true, Shares: &share.Config{Regions: 3, Now: clock.Now}})
 	if err := p.Shares().Set(&share.Table{Version: 1, Default: 333_333}); err != nil {
 		t.Fatal(err)
 	}

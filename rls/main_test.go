@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/pipeline"
@@ -48,8 +49,8 @@ func run(m *testing.M) int {
 func clusterStore(t testing.TB) limit.Store {
 	t.Helper()
 	return pipelineStore(t, cluster.Addrs(), pipeline.Config{
-		Redis:   redisstore.Config{Prefix: fmt.Sprintf("t%d:", time.Now().UnixNano())},
-		Timeout: 2 * time.Second, DownAfter: 2 * time.Second, MaxQueue: 5 * time.Second,
+		Redis: redisstore.Config{Prefix: fmt.Sprintf("t%d:", time.Now().UnixNano())},
+		Guard: guard.Config{Timeout: 2 * time.Second, DownAfter: 2 * time.Second, MaxQueue: 5 * time.Second},
 	})
 }
 
@@ -58,8 +59,8 @@ func clusterStore(t testing.TB) limit.Store {
 func pipelineStore(t testing.TB, addrs []string, cfg pipeline.Config) limit.Store {
 	t.Helper()
 	cfg.Redis.Addrs = addrs
-	if cfg.Gateways == 0 {
-		cfg.Gateways = 1
+	if cfg.Fleet.IsZero() {
+		cfg.Fleet.Gateways = 1
 	}
 	p, err := pipeline.New(context.Background(), cfg)
 	if err != nil {

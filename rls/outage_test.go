@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/pipeline"
 )
@@ -15,7 +16,7 @@ func TestRedisDownFallsBackLocallyAndFailClosedRefuses(t *testing.T) {
 	// (slack 1, one process: the whole limit), and a request with a
 	// fail_mode closed descriptor is OVER_LIMIT, with a Retry-After.
 	srv := redistest.Standalone(t)
-	l := pipelineStore(t, []string{srv.Addr()}, pipeline.Config{Timeout: time.Second, DownAfter: time.Second, TripAfter: 1, Pause: time.Hour, Slack: 1})
+	l := pipelineStore(t, []string{srv.Addr()}, pipeline.Config{Guard: guard.Config{Timeout: time.Second, DownAfter: time.Second, TripAfter: 1, Pause: time.Hour, Slack: 1}})
 	s := serve(t, `
 domain: outage
 descriptors:

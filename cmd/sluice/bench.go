@@ -81,8 +81,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("bench: %w", err)
 		}
 		pcfg.Redis = redisCfg
-		if pcfg.Gateways == 0 {
-			pcfg.Gateways = 1 // one process: say so, rather than warn
+		if pcfg.Fleet.Gateways == 0 {
+			pcfg.Fleet.Gateways = 1 // one process: say so, rather than warn
 		}
 		return runOverhead(ctx, overheadOptions{upstream: *upstream, at: rates, concurrency: *concurrency, duration: *duration,
 			maxPairs: *maxOps, keys: *keys, rate: *rate, pipeline: pcfg}, stdout)
@@ -122,8 +122,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(redisCfg.Addrs) > 0 {
 		pcfg.Redis = redisCfg
 		addrs := strings.Join(redisCfg.Addrs, ",")
-		if pcfg.Gateways == 0 {
-			pcfg.Gateways = 1 // one process: say so, rather than warn
+		if pcfg.Fleet.Gateways == 0 {
+			pcfg.Fleet.Gateways = 1 // one process: say so, rather than warn
 		}
 		name = "redis " + addrs + " (leases, guard, store"
 		if pcfg.NoLeases {

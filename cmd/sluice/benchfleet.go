@@ -69,7 +69,7 @@ func runFleet(ctx context.Context, o fleetOptions, stdout, stderr io.Writer) err
 	if err := target.CheckNeeds(scs); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	cfg := bench.FleetConfig{Target: target, Gateways: o.pipeline.Gateways, Workers: o.workers, Duration: o.duration,
+	cfg := bench.FleetConfig{Target: target, Gateways: o.pipeline.Fleet.Gateways, Workers: o.workers, Duration: o.duration,
 		Rate: o.offered, Modes: modes, Seed: o.seed, Pipeline: o.pipeline, Progress: stderr, MaxErrorRate: o.maxErrorRate}
 	rep, runErr := bench.RunFleet(ctx, cfg, scs)
 	if rep == nil {

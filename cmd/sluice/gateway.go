@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/process"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/pipeline"
@@ -101,7 +102,7 @@ func checkStoreTimeout(opts gatewayOptions) error {
 	if len(opts.Redis.Addrs) == 0 || opts.StoreTimeout == 0 {
 		return nil
 	}
-	rt := cmp.Or(opts.Pipeline.Timeout, pipeline.Defaults.Timeout)
+	rt := cmp.Or(opts.Pipeline.Guard.Timeout, guard.DefaultTimeout)
 	if opts.StoreTimeout <= rt {
 		return fmt.Errorf("--store-timeout %v is not above --redis-timeout %v: with --redis, --redis-timeout bounds each Redis call "+
 			"(then the request is limited locally); set --store-timeout above it, or leave it unset", opts.StoreTimeout, rt)
@@ -149,7 +150,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	storeInUse := false
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
-	pcfg.Fleet = fleetSize(src, regionOf(opts))
+	pcfg.Fleet.Count = fleetSize(src, regionOf(opts))
 	if pcfg.Shares, err = shareConfig(opts); err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
@@ -88,8 +89,8 @@ func TestFrozenRedisAnswersLocallyAndSaysSo(t *testing.T) {
 	// Long enough that a loaded machine never misses it while Redis
 	// answers; paid once, by the request that opens the breaker.
 	store, err := pipeline.New(t.Context(), pipeline.Config{
-		Redis:   redisstore.Config{Addrs: []string{srv.Addr()}},
-		Timeout: 250 * time.Millisecond, TripAfter: 1, Pause: time.Minute, Gateways: 1,
+		Redis: redisstore.Config{Addrs: []string{srv.Addr()}},
+		Guard: guard.Config{Timeout: 250 * time.Millisecond, TripAfter: 1, Pause: time.Minute}, Fleet: limit.Fleet{Gateways: 1},
 		Logger: logger, Registerer: reg,
 	})
 	if err != nil {

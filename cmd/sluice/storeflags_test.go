@@ -39,7 +39,7 @@ func TestRedisDownAfterFollowsTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.Redis = redisstore.Config{Addrs: []string{srv.Addr()}}
-			cfg.Gateways = 1
+			cfg.Fleet.Gateways = 1
 			p, err := pipeline.New(t.Context(), cfg)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/pipeline"
@@ -219,7 +220,7 @@ func runPhase(ctx context.Context, cfg FleetConfig, sc Scenario, mode Mode, pref
 
 	pcfg := cfg.Pipeline
 	pcfg.Redis.Addrs = addrs
-	pcfg.Gateways = cfg.Gateways
+	pcfg.Fleet.Gateways = cfg.Gateways
 	var w *world
 	if n := len(sc.Regions); n > 0 {
 		if cfg.Gateways < n {
@@ -229,7 +230,7 @@ func runPhase(ctx context.Context, cfg FleetConfig, sc Scenario, mode Mode, pref
 			return ModeResult{}, err
 		}
 		defer w.close()
-		pcfg.Gateways = cfg.Gateways / n
+		pcfg.Fleet.Gateways = cfg.Gateways / n
 		pcfg.Shares = &share.Config{Regions: n, Interval: regionInterval}
 	}
 	defer func() {
@@ -414,9 +415,9 @@ func (p *phase) gateway(n, G int) int {
 // errorKind names an error's kind for the report's counts.
 func errorKind(err error) string {
 	switch {
-	case errors.Is(err, pipeline.ErrShed):
+	case errors.Is(err, guard.ErrShed):
 		return "shed"
-	case errors.Is(err, pipeline.ErrUnavailable):
+	case errors.Is(err, guard.ErrUnavailable):
 		return "unavailable"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"

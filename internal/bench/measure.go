@@ -38,7 +38,7 @@ func MeasureCapacity(ctx context.Context, target Target, pcfg pipeline.Config, d
 	d = cmp.Or(d, time.Second)
 	c := Capacity{Seconds: d.Seconds()}
 	pcfg.Redis.Addrs = target.Addrs
-	pcfg.Gateways = 1
+	pcfg.Fleet.Gateways = 1
 	limits := []limit.Limit{{Name: "s", Count: 1_000_000, Period: time.Second}}
 	closed := func(mode Mode, keys int) (Result, int64, error) {
 		s, err := newStack(ctx, pcfg, mode)

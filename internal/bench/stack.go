@@ -79,13 +79,14 @@ func newStack(ctx context.Context, cfg pipeline.Config, mode Mode) (*stack, erro
 	if err != nil {
 		return nil, err
 	}
-	g, err := guard.New(rs, guard.Config{Timeout: cfg.Timeout, DownAfter: cfg.DownAfter, MaxQueue: cfg.MaxQueue,
-		TripAfter: cfg.TripAfter, Pause: cfg.Pause, Slack: cfg.Slack, Gateways: cfg.Gateways})
+	gcfg, lcfg := cfg.Guard, cfg.Lease
+	gcfg.Fleet, lcfg.Fleet = cfg.Fleet, cfg.Fleet
+	g, err := guard.New(rs, gcfg)
 	if err != nil {
 		rs.Close()
 		return nil, err
 	}
-	l, err := lease.New(forgetful{g}, lease.Config{Gateways: cfg.Gateways})
+	l, err := lease.New(forgetful{g}, lcfg)
 	if err != nil {
 		g.Close()
 		rs.Close()

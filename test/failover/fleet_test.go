@@ -169,7 +169,7 @@ func newFleet(t *testing.T, cfg fleetConfig) []*gateway {
 		}
 		g := &gateway{id: i, redis: &counting{Store: rs}}
 		gc := cfg.guard
-		gc.Gateways = cfg.gateways
+		gc.Fleet.Gateways = cfg.gateways
 		gc.Shard = func(key string) string { return rs.NodeAddr(redisstore.Slot(key)) }
 		gc.Refresh = func(ctx context.Context) error {
 			began := time.Now()
@@ -188,7 +188,7 @@ func newFleet(t *testing.T, cfg fleetConfig) []*gateway {
 			t.Fatal(err)
 		}
 		if !cfg.noLeases {
-			if g.lease, err = lease.New(g.guard, lease.Config{Gateways: cfg.gateways}); err != nil {
+			if g.lease, err = lease.New(g.guard, lease.Config{Fleet: limit.Fleet{Gateways: cfg.gateways}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -299,7 +299,7 @@ func pipelineFleet(t *testing.T, srv *redistest.Server, n int) []*gateway {
 	t.Helper()
 	var fleet []*gateway
 	for i := range n {
-		p, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Gateways: n})
+		p, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: n}})
 		if err != nil {
 			t.Fatal(err)
 		}
