@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/rules"
@@ -105,7 +106,7 @@ type Event struct {
 	// limit.FromRefusalCache), this gateway's guess while the shared store
 	// cannot answer (limit.FromLocalFallback, limit.FromFailClosed), or a
 	// request shed while the gateway was too busy (limit.FromShed).
-	// SourceStore when the store did not say. Never empty.
+	// limit.FromStore when the store did not say. Never empty.
 	Source limit.Source
 	// RulesVersion is the Version of the rule set the request was resolved
 	// against, which may no longer be the one in force when the call ends.
@@ -284,7 +285,7 @@ type call struct {
 func (l *Limiter) unlimited(cl call) {
 	if l.onDecision != nil {
 		l.onDecision(Event{Request: cl.r, Key: cl.caller.key, Endpoint: cl.endpoint, Decision: limit.Decision{Allowed: true},
-			Source: SourceUnlimited, RulesVersion: cl.version})
+			Source: limit.Unlimited, RulesVersion: cl.version})
 	}
 }
 
@@ -301,7 +302,7 @@ func (l *Limiter) take(cl call, req *limit.Request, res *rules.Resolution) (limi
 	start := time.Now()
 	d, err := l.store.Take(ctx, req)
 	took := time.Since(start)
-	src := cmp.Or(d.Source, SourceStore)
+	src := cmp.Or(d.Source, limit.FromStore)
 	if n := len(res.Limits); err == nil && n > 0 && (d.Index < 0 || d.Index >= n) {
 		err = fmt.Errorf("store answered for limit %d of %d", d.Index, n)
 	}
@@ -367,7 +368,7 @@ type logLine struct {
 }
 
 // logDecision writes one line of the decision log, unless the caller's key
-// had one less than logEvery ago. The key is written as keyHash writes it,
+// had one less than logEvery ago. The key is written as keyhash.Of writes it,
 // never as it came.
 func (l *Limiter) logDecision(cl call, level slog.Level, msg string, line logLine) {
 	ctx := cl.r.Context()
@@ -375,7 +376,7 @@ func (l *Limiter) logDecision(cl call, level slog.Level, msg string, line logLin
 		return
 	}
 	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs, slog.String("key", keyHash(cl.caller.key)), slog.String("outcome", line.outcome))
+	attrs = append(attrs, slog.String("key", keyhash.Of(cl.caller.key)), slog.String("outcome", line.outcome))
 	if line.limit != nil {
 		attrs = append(attrs, slog.String("limit", line.limit.Name))
 	}
@@ -439,7 +440,7 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src 
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("key", keyHash(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
+		slog.String("key", keyhash.Of(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int64("retry_after_ms", retryAfter(lim, &sd).Milliseconds()),
 	}

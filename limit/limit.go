@@ -326,8 +326,10 @@ type Decision struct {
 	// algorithms until its current window ends.
 	ResetAfter time.Duration
 	// Source says where the answer came from: whether every gateway saw
-	// it, or this one answered alone. Empty means a store that does not
-	// say.
+	// it, or this one answered alone. A store sets its own (memstore
+	// FromMemory, redisstore FromRedis); a layer over a store sets only
+	// the sources it answers from itself. Empty means a store that does
+	// not say, which callers report as FromStore.
 	Source Source
 	// Shadow is what the request's shadow limits would have done. Its
 	// zero value (not Checked) means the request had none, or the answer
@@ -385,6 +387,12 @@ const (
 	// global limit rounds to nothing (package share): the balancer has
 	// given the key's traffic to other regions.
 	FromRegionShare Source = "region-share"
+	// FromStore is the source reported for a store that did not say one:
+	// an embedder's Store that leaves Decision.Source empty.
+	FromStore Source = "store"
+	// Unlimited is the source of a request no limit applied to: it passed
+	// without asking a store.
+	Unlimited Source = "unlimited"
 )
 
 // ErrBadReply is wrapped by a store's error when the shared store answered,
