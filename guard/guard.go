@@ -397,8 +397,8 @@ func (s *Store) anyOpen() bool {
 }
 
 // Take implements limit.Store. The Decision's Source says which path
-// answered: limit.FromRedis (the remote's own answer, whatever store it
-// is), FromLocalFallback, FromFailClosed or FromShed. It returns an error
+// answered: the remote's own source (limit.FromRedis from redisstore),
+// or FromLocalFallback, FromFailClosed or FromShed. It returns an error
 // only for an invalid request; when ctx is done before the call or
 // cancelled during it; for a FailClosed limit whose shard cannot answer
 // (wrapping ErrUnavailable); for a request shed because this process could
@@ -489,7 +489,6 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		// already be counting from an earlier one.
 		s.words.note(now.UnixMilli(), req, &d)
 	}
-	d.Source = limit.FromRedis
 	return granted, d, nil
 }
 
