@@ -788,7 +788,7 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 // the word already taken, may have spent a token of the full bucket
 // first: the key's first moment of an outage can admit one request more
 // per request then in flight.
-func (s *Store) seed(lw lastWord, req, local *limit.Request, part float64) {
+func (s *Store) seed(lw lastWord, req, local *limit.Request, part limit.Fraction) {
 	for i := range req.Limits {
 		cost := seedCost(lw, &req.Limits[i], &local.Limits[i], part)
 		if cost == 0 {

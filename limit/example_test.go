@@ -45,3 +45,13 @@ func ExampleDecide() {
 	// Output:
 	// true s 50 1.5s
 }
+
+// A region's quarter of "10 a second, bursts of 20" is 2.5 a second,
+// counted as 2500 per 1000 s so that no part of a token is lost; rounded
+// down, as shares are, it never gives more than the quarter.
+func ExampleLimit_Scale() {
+	l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20, Algorithm: limit.GCRA}
+	scaled, ok := l.Scale(limit.Fraction{Num: 1, Den: 4}, limit.RoundDown)
+	fmt.Println(scaled.Count, "per", scaled.Period, "burst", scaled.Burst, scaled.Algorithm, ok)
+	// Output: 2500 per 16m40s burst 5 token_bucket true
+}
