@@ -255,7 +255,8 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
-	SetRateHeaders(w.Header(), lim, &d)
+	b := limit.BudgetOf(lim, &d)
+	SetRateHeaders(w.Header(), &b)
 	if d.Allowed {
 		l.metrics.decision(outcomeAllowed, lim.Name, src, cl.plan)
 		if src == limit.FromLocalFallback {
@@ -266,8 +267,8 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	l.metrics.decision(outcomeRefused, lim.Name, src, cl.plan)
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
-		rule: ruleAt(res.Rules, d.Index), source: src, wait: retryAfter(lim, &d)})
-	return refusal(lim, &d, req.EffectiveCost())
+		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter})
+	return refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
 }
 
 // call is what the store calls of one request share.
@@ -331,7 +332,7 @@ func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request
 			logLine{outcome: outcomeError, source: src, err: err})
 		e := newError(http.StatusServiceUnavailable, "the gateway is overloaded and could not check this request's rate limits in time", err)
 		wait := max(d.RetryAfter, time.Second)
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(limit.RetryAfterSeconds(wait), 10))
 		e.Problem.RetryAfterMillis = wait.Milliseconds()
 		return e
 	}
@@ -347,7 +348,7 @@ func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request
 			fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
 		e.Problem.Limit = lim.Name
 		if src == limit.FromFailClosed && d.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+			w.Header().Set("Retry-After", strconv.FormatInt(limit.RetryAfterSeconds(d.RetryAfter), 10))
 			e.Problem.RetryAfterMillis = max(d.RetryAfter.Milliseconds(), 1)
 		}
 		return e
@@ -442,7 +443,7 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src 
 	attrs := []slog.Attr{
 		slog.String("key", keyhash.Of(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.Int64("retry_after_ms", retryAfter(lim, &sd).Milliseconds()),
+		slog.Int64("retry_after_ms", limit.BudgetOf(lim, &sd).RetryAfter.Milliseconds()),
 	}
 	if rule := ruleAt(res.ShadowRules, sd.Index); rule != nil {
 		attrs = append(attrs, slog.Any("rule", ruleAttrs(rule, true)))
@@ -450,9 +451,9 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src 
 	l.log.LogAttrs(r.Context(), slog.LevelInfo, "shadow rule would refuse", attrs...)
 }
 
-// refusal is the 429 for a request limit l refused.
-func refusal(l *limit.Limit, d *limit.Decision, cost int64) *Error {
-	wait := retryAfter(l, d)
+// refusal is the 429 for a request limit l refused, to retry after wait
+// (limit.Budget.RetryAfter).
+func refusal(l *limit.Limit, d *limit.Decision, wait time.Duration, cost int64) *Error {
 	detail := fmt.Sprintf("limit %q (%d per %v) is used up; retry in %d ms",
 		l.Name, l.Count, rules.Duration(l.Period), max(wait.Milliseconds(), 1))
 	if d.RetryAfter == limit.Never {
