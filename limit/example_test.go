@@ -55,3 +55,20 @@ func ExampleLimit_Scale() {
 	fmt.Println(scaled.Count, "per", scaled.Period, "burst", scaled.Burst, scaled.Algorithm, ok)
 	// Output: 2500 per 16m40s burst 5 token_bucket true
 }
+
+// A refused request's budget, as the header fields the gateway writes to
+// HTTP and rls to Envoy.
+func ExampleBudget_AppendFields() {
+	l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20}
+	b := limit.BudgetOf(&l, &limit.Decision{Remaining: 0, RetryAfter: 80 * time.Millisecond, ResetAfter: 2 * time.Second})
+	for _, f := range b.AppendFields(nil) {
+		fmt.Printf("%s: %s\n", f.Name, f.Value)
+	}
+	// Output:
+	// RateLimit-Policy: "s";q=20;w=2
+	// RateLimit: "s";r=0;t=2
+	// X-RateLimit-Limit: 20
+	// X-RateLimit-Remaining: 0
+	// X-RateLimit-Reset: 2
+	// Retry-After: 1
+}
