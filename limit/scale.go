@@ -51,10 +51,11 @@ const (
 )
 
 // Scale returns l cut to the part f of it (a part above one multiplies
-// it), rounded as r says, and false when the part cannot be
-// enforced: rounded down, it leaves no token per period or a burst of
-// none, or its refill takes longer than [MaxWait]; or, above one, it is
-// too large for Validate; or f is not a fraction. l must be valid; the result is valid when ok.
+// it), rounded as r says, and false when the part cannot be enforced:
+// rounded down, it leaves no token per period or a burst of none, or its
+// refill takes longer than [MaxWait]; above one, it is too large for
+// Validate; or f is not a fraction. l must be valid; the result is valid
+// when ok.
 //
 // What each algorithm becomes:
 //
