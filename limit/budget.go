@@ -10,7 +10,7 @@ import (
 // ratelimit-headers draft (RateLimit-Policy, RateLimit), the common
 // X-RateLimit-* fields and Retry-After. Package gateway writes them as HTTP
 // header fields, package rls as Envoy's response_headers_to_add, both from
-// [Budget.AppendFields]. A Budget is a value: copy it freely.
+// [Budget.AppendValues]. A Budget is a value: copy it freely.
 type Budget struct {
 	// Policy is the limit's name, which names its policy.
 	Policy string
@@ -53,20 +53,15 @@ func BudgetOf(l *Limit, d *Decision) Budget {
 	return b
 }
 
-// Field is one header field: its name as the draft spells it, and its
-// value.
-type Field struct {
-	Name, Value string
-}
-
-// AppendFields appends b's header fields to dst and returns the result, in
-// this order: RateLimit-Policy (`"name";q=Quota;w=Window`), RateLimit
-// (`"name";r=Remaining;t=Reset`), X-RateLimit-Limit, X-RateLimit-Remaining,
-// X-RateLimit-Reset, and Retry-After when RetryAfter is set. Durations are
-// in whole seconds, rounded up (Retry-After at least 1). The values share
-// one string: the fields cost one allocation, and none more when dst has
-// room for six.
-func (b *Budget) AppendFields(dst []Field) []Field {
+// AppendValues appends the values of b's header fields to dst and
+// returns the result, in this order, the order of [FieldName]:
+// RateLimit-Policy (`"name";q=Quota;w=Window`), RateLimit
+// (`"name";r=Remaining;t=Reset`), X-RateLimit-Limit,
+// X-RateLimit-Remaining, X-RateLimit-Reset, and Retry-After when
+// RetryAfter is set. Durations are in whole seconds, rounded up
+// (Retry-After at least 1). The values share one string: they cost one
+// allocation, and none more when dst has room for six.
+func (b *Budget) AppendValues(dst []string) []string {
 	var arr [128]byte
 	buf := arr[:0]
 	var ends [6]int
@@ -97,14 +92,18 @@ func (b *Budget) AppendFields(dst []Field) []Field {
 	}
 	all := string(buf)
 	start := 0
-	for i := range n {
-		dst = append(dst, Field{fieldNames[i], all[start:ends[i]]})
-		start = ends[i]
+	for _, end := range ends[:n] {
+		dst = append(dst, all[start:end])
+		start = end
 	}
 	return dst
 }
 
-// fieldNames are the names of AppendFields' fields, in its order.
+// FieldName returns the name of the i-th value AppendValues appends, as
+// the draft spells it ("RateLimit-Policy" for 0, "Retry-After" for 5).
+func FieldName(i int) string { return fieldNames[i] }
+
+// fieldNames are the names of AppendValues' fields, in its order.
 var fieldNames = [...]string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
 
 // RetryAfterSeconds is the value of a Retry-After field for a wait of d:

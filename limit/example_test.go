@@ -58,11 +58,11 @@ func ExampleLimit_Scale() {
 
 // A refused request's budget, as the header fields the gateway writes to
 // HTTP and rls to Envoy.
-func ExampleBudget_AppendFields() {
+func ExampleBudget_AppendValues() {
 	l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20}
 	b := limit.BudgetOf(&l, &limit.Decision{Remaining: 0, RetryAfter: 80 * time.Millisecond, ResetAfter: 2 * time.Second})
-	for _, f := range b.AppendFields(nil) {
-		fmt.Printf("%s: %s\n", f.Name, f.Value)
+	for i, v := range b.AppendValues(nil) {
+		fmt.Printf("%s: %s\n", limit.FieldName(i), v)
 	}
 	// Output:
 	// RateLimit-Policy: "s";q=20;w=2
