@@ -20,11 +20,17 @@ func (f Fraction) Of(n int64, r Rounding) int64 {
 	if f.Den <= 0 || f.Num < 0 || n < 0 {
 		return -1
 	}
+	den := uint64(f.Den)
 	hi, lo := bits.Mul64(uint64(n), uint64(f.Num))
-	if hi >= uint64(f.Den) {
+	var q, rem uint64
+	switch {
+	case hi == 0:
+		q, rem = lo/den, lo%den // one 64-bit division, cheaper than 128-bit
+	case hi >= den:
 		return -1
+	default:
+		q, rem = bits.Div64(hi, lo, den)
 	}
-	q, rem := bits.Div64(hi, lo, uint64(f.Den))
 	if r == RoundUp && rem > 0 {
 		q++
 	}
@@ -93,13 +99,15 @@ func (l *Limit) Scale(f Fraction, r Rounding) (Limit, bool) {
 		if out.Burst < 1 || out.Count < 1 {
 			return out, false
 		}
-		// Rounding can stretch the refill past MaxWait (a burst rounded up
-		// to one token over a count rounded up to one).
-		if p, maxWait := out.PeriodMillis(), MaxWait.Milliseconds(); !check && ceilDiv(out.Burst*p, out.Count) > maxWait {
+		// Rounding can stretch the refill, Burst × period / Count, past
+		// MaxWait (a burst rounded up to one token over a count rounded up
+		// to one). Below 2^53 / MaxWait, Count × MaxWait cannot overflow;
+		// above it, it exceeds every Burst × period.
+		if p := out.PeriodMillis(); !check && out.Count < maxExact/maxWaitMs && out.Burst*p > out.Count*maxWaitMs {
 			if r == RoundDown {
 				return out, false
 			}
-			out.Count, check = ceilDiv(out.Burst*p, maxWait), true
+			out.Count, check = ceilDiv(out.Burst*p, maxWaitMs), true
 		}
 	}
 	if out.Count < 1 || check && out.Validate() != nil {
@@ -108,24 +116,32 @@ func (l *Limit) Scale(f Fraction, r Rounding) (Limit, bool) {
 	return out, true
 }
 
-// maxRefinedPeriod bounds a refined bucket's period well inside a
-// time.Duration.
-const maxRefinedPeriod = 100 * 366 * 24 * time.Hour
+// maxRefinedMs bounds a refined bucket's period, in milliseconds, well
+// inside a time.Duration: 100 leap years.
+const maxRefinedMs = 100 * 366 * 24 * 3600 * 1000
+
+// maxWaitMs is MaxWait in milliseconds.
+const maxWaitMs = int64(MaxWait / time.Millisecond)
 
 // refinement returns k for Scale: 1000, or the largest of 100, 10 and 1
 // that keeps the token bucket of k × Count per k × Period, with l's burst,
-// valid. For a valid l only the products with the period can fail: the
-// refill time does not change.
+// valid. For a valid l only the products with the period can fail (the
+// refill time does not change), and Burst × period and Count × period
+// are below 2^53, so none of the products here overflows.
 func (l *Limit) refinement() int64 {
 	p := l.PeriodMillis()
-	for _, k := range []int64{1000, 100, 10} {
-		if l.Period > maxRefinedPeriod/time.Duration(k) {
-			continue
-		}
-		most := (maxExact - 1) / (p * k) // the largest count or burst exact over k periods
-		if l.EffectiveBurst() <= most && l.Count <= most/k {
-			return k
-		}
+	bp, cp := l.EffectiveBurst()*p, l.Count*p
+	fits := func(k int64) bool {
+		// k·Count × k·period < 2^53 ⟺ cp × k ≤ ⌊2^53 / k⌋, as k does not divide 2^53.
+		return p*k <= maxRefinedMs && bp*k < maxExact && cp*k <= maxExact/k
+	}
+	switch {
+	case fits(1000):
+		return 1000
+	case fits(100):
+		return 100
+	case fits(10):
+		return 10
 	}
 	return 1
 }
