@@ -151,7 +151,7 @@ type FleetCounts struct {
 
 // KeyCount is one key's count in a shadow report.
 type KeyCount struct {
-	// Key is the store key, hashed as rulesapi.KeyHash writes it unless
+	// Key is the store key, hashed as internal/keyhash writes it unless
 	// the service keeps raw keys.
 	Key   string `json:"key"`
 	Count int64  `json:"count"`

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/rulesapi"
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/striped"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -65,19 +65,15 @@ func (s *sampler) allow(key string, now int64) bool {
 	return true
 }
 
-// keyHash is how the decision log names a store key (rulesapi.KeyHash, the
-// form the rules service stores shadow reports in), so that lines of one
-// caller can be found and followed across gateways without the log holding
-// an API key or an address.
-func keyHash(key string) string { return rulesapi.KeyHash(key) }
-
 // ruleAttrs describes a rule in a log line. With hashKey, a key rule's API
-// key is written as keyHash writes it.
+// key is written as keyhash.Of writes it (the form the rules
+// service stores shadow reports in, so a caller's lines can be followed
+// across gateways without the log holding an API key or an address).
 func ruleAttrs(rule *rules.Rule, hashKey bool) slog.Value {
 	attrs := []slog.Attr{slog.String("scope", string(rule.Scope))}
 	key := rule.Match.Key
 	if hashKey && key != "" {
-		key = keyHash(keyPrefix + key)
+		key = keyhash.Of(keyPrefix + key)
 	}
 	for _, kv := range [][2]string{{"plan", rule.Match.Plan}, {"endpoint", rule.Match.Endpoint}, {"key", key}, {"reason", rule.Reason}} {
 		if kv[1] != "" {

@@ -51,16 +51,3 @@ func TestSamplerMemoryIsBounded(t *testing.T) {
 		t.Errorf("a new key an interval later: no line, want one")
 	}
 }
-
-func TestKeyHash(t *testing.T) {
-	// The README's recipe: printf %s 'k:KEY' | sha256sum | cut -c1-16
-	tests := []struct{ key, want string }{
-		{"k:demo", "k:21fae07dc0b1f3f0"},
-		{"ip:192.0.2.1", "ip:4fa79423ef2fc7de"},
-	}
-	for _, tt := range tests {
-		if got := keyHash(tt.key); got != tt.want {
-			t.Errorf("keyHash(%q) = %q, want %q", tt.key, got, tt.want)
-		}
-	}
-}

@@ -12,10 +12,11 @@
 // Every answer says where it came from (its Decision's limit.Source: the
 // in-process store, Redis, a lease, the refusal cache, the local fallback
 // while Redis is down, or a request shed while the gateway was overloaded),
-// as far as the store can tell ([SourceStore] when it cannot). The source is in
-// each [Event], in the source label of the decisions metric, and in the
-// decision log: refusals, local-fallback answers and store failures,
-// sampled to one line per caller a second, naming the caller by a hash.
+// as far as the store can tell ([limit.FromStore] when it cannot). The
+// source is in each [Event], in the source label of the decisions metric,
+// and in the decision log: refusals, local-fallback answers and store
+// failures, sampled to one line per caller a second, naming the caller by
+// a hash.
 //
 // Errors the gateway answers itself (refusals, bad API keys, an unreachable
 // store under a fail-closed limit, an unreachable upstream) are [Error]

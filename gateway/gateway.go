@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/rules"
@@ -105,7 +106,7 @@ type Event struct {
 	// limit.FromRefusalCache), this gateway's guess while the shared store
 	// cannot answer (limit.FromLocalFallback, limit.FromFailClosed), or a
 	// request shed while the gateway was too busy (limit.FromShed).
-	// SourceStore when the store did not say. Never empty.
+	// limit.FromStore when the store did not say. Never empty.
 	Source limit.Source
 	// RulesVersion is the Version of the rule set the request was resolved
 	// against, which may no longer be the one in force when the call ends.
@@ -254,7 +255,8 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
-	SetRateHeaders(w.Header(), lim, &d)
+	b := limit.BudgetOf(lim, &d)
+	SetRateHeaders(w.Header(), &b)
 	if d.Allowed {
 		l.metrics.decision(outcomeAllowed, lim.Name, src, cl.plan)
 		if src == limit.FromLocalFallback {
@@ -265,8 +267,8 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	l.metrics.decision(outcomeRefused, lim.Name, src, cl.plan)
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
-		rule: ruleAt(res.Rules, d.Index), source: src, wait: retryAfter(lim, &d)})
-	return refusal(lim, &d, req.EffectiveCost())
+		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter})
+	return refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
 }
 
 // call is what the store calls of one request share.
@@ -284,7 +286,7 @@ type call struct {
 func (l *Limiter) unlimited(cl call) {
 	if l.onDecision != nil {
 		l.onDecision(Event{Request: cl.r, Key: cl.caller.key, Endpoint: cl.endpoint, Decision: limit.Decision{Allowed: true},
-			Source: SourceUnlimited, RulesVersion: cl.version})
+			Source: limit.Unlimited, RulesVersion: cl.version})
 	}
 }
 
@@ -301,7 +303,7 @@ func (l *Limiter) take(cl call, req *limit.Request, res *rules.Resolution) (limi
 	start := time.Now()
 	d, err := l.store.Take(ctx, req)
 	took := time.Since(start)
-	src := cmp.Or(d.Source, SourceStore)
+	src := cmp.Or(d.Source, limit.FromStore)
 	if n := len(res.Limits); err == nil && n > 0 && (d.Index < 0 || d.Index >= n) {
 		err = fmt.Errorf("store answered for limit %d of %d", d.Index, n)
 	}
@@ -330,7 +332,7 @@ func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request
 			logLine{outcome: outcomeError, source: src, err: err})
 		e := newError(http.StatusServiceUnavailable, "the gateway is overloaded and could not check this request's rate limits in time", err)
 		wait := max(d.RetryAfter, time.Second)
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(limit.RetryAfterSeconds(wait), 10))
 		e.Problem.RetryAfterMillis = wait.Milliseconds()
 		return e
 	}
@@ -346,7 +348,7 @@ func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request
 			fmt.Sprintf("the rate limit store is unavailable and limit %q does not let requests through without it", lim.Name), err)
 		e.Problem.Limit = lim.Name
 		if src == limit.FromFailClosed && d.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10))
+			w.Header().Set("Retry-After", strconv.FormatInt(limit.RetryAfterSeconds(d.RetryAfter), 10))
 			e.Problem.RetryAfterMillis = max(d.RetryAfter.Milliseconds(), 1)
 		}
 		return e
@@ -367,7 +369,7 @@ type logLine struct {
 }
 
 // logDecision writes one line of the decision log, unless the caller's key
-// had one less than logEvery ago. The key is written as keyHash writes it,
+// had one less than logEvery ago. The key is written as keyhash.Of writes it,
 // never as it came.
 func (l *Limiter) logDecision(cl call, level slog.Level, msg string, line logLine) {
 	ctx := cl.r.Context()
@@ -375,7 +377,7 @@ func (l *Limiter) logDecision(cl call, level slog.Level, msg string, line logLin
 		return
 	}
 	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs, slog.String("key", keyHash(cl.caller.key)), slog.String("outcome", line.outcome))
+	attrs = append(attrs, slog.String("key", keyhash.Of(cl.caller.key)), slog.String("outcome", line.outcome))
 	if line.limit != nil {
 		attrs = append(attrs, slog.String("limit", line.limit.Name))
 	}
@@ -439,9 +441,9 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src 
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("key", keyHash(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
+		slog.String("key", keyhash.Of(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.Int64("retry_after_ms", retryAfter(lim, &sd).Milliseconds()),
+		slog.Int64("retry_after_ms", limit.BudgetOf(lim, &sd).RetryAfter.Milliseconds()),
 	}
 	if rule := ruleAt(res.ShadowRules, sd.Index); rule != nil {
 		attrs = append(attrs, slog.Any("rule", ruleAttrs(rule, true)))
@@ -449,9 +451,9 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src 
 	l.log.LogAttrs(r.Context(), slog.LevelInfo, "shadow rule would refuse", attrs...)
 }
 
-// refusal is the 429 for a request limit l refused.
-func refusal(l *limit.Limit, d *limit.Decision, cost int64) *Error {
-	wait := retryAfter(l, d)
+// refusal is the 429 for a request limit l refused, to retry after wait
+// (limit.Budget.RetryAfter).
+func refusal(l *limit.Limit, d *limit.Decision, wait time.Duration, cost int64) *Error {
 	detail := fmt.Sprintf("limit %q (%d per %v) is used up; retry in %d ms",
 		l.Name, l.Count, rules.Duration(l.Period), max(wait.Milliseconds(), 1))
 	if d.RetryAfter == limit.Never {

@@ -881,7 +881,7 @@ func TestUnlimitedRequestsAreEvents(t *testing.T) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.events) != 1 || g.events[0].Source != gateway.SourceUnlimited || !g.events[0].Decision.Allowed || len(g.events[0].Limits) != 0 {
-		t.Fatalf("events %+v, want one allowed event from %q with no limits", g.events, gateway.SourceUnlimited)
+	if len(g.events) != 1 || g.events[0].Source != limit.Unlimited || !g.events[0].Decision.Allowed || len(g.events[0].Limits) != 0 {
+		t.Fatalf("events %+v, want one allowed event from %q with no limits", g.events, limit.Unlimited)
 	}
 }

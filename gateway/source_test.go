@@ -84,7 +84,7 @@ func TestEventsAndMetricsSayTheSource(t *testing.T) {
 		{"memstore given", func(now func() time.Time) limit.Store { return memstore.New(memstore.Config{Now: now}) }, limit.FromMemory},
 		{"store that cannot say", func(now func() time.Time) limit.Store {
 			return plainStore{memstore.New(memstore.Config{Now: now})}
-		}, gateway.SourceStore},
+		}, limit.FromStore},
 		{"sourced store: lease", func(now func() time.Time) limit.Store {
 			return &sourcedStore{Store: memstore.New(memstore.Config{Now: now}), source: limit.FromLease}
 		}, limit.FromLease},
@@ -93,7 +93,7 @@ func TestEventsAndMetricsSayTheSource(t *testing.T) {
 		}, limit.FromLocalFallback},
 		{"sourced store saying nothing", func(now func() time.Time) limit.Store {
 			return &sourcedStore{Store: memstore.New(memstore.Config{Now: now})}
-		}, gateway.SourceStore},
+		}, limit.FromStore},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,51 +2,30 @@ package guard
 
 import (
 	"math"
-	"time"
 
 	"github.com/sluice-rl/sluice/limit"
 )
 
-// exactCount is the count a scaled bucket rate is written with when the
-// share would otherwise be a fraction of a token per period: rounding a
-// count this size errs by at most 0.05%.
-const exactCount = 1000
-
-// scale returns l as one gateway enforces it on its own: its rate and burst
-// multiplied by share (slack / gateways), the burst at least one token.
-//
-// A bucket's rate is a count per period, both integers, so a share that
-// leaves less than exactCount tokens per period stretches the period
-// instead of rounding the count: 1 a second at a share of 1/150 becomes
-// 1000 per 150 s, not 0 or 1 a second. Window algorithms keep their window,
-// whose length is what their users reason about, and round the count, at
-// least one.
-func scale(l limit.Limit, share float64) limit.Limit {
-	out := l
-	burst := max(1, int64(math.Round(float64(l.EffectiveBurst())*share)))
-	rate := float64(l.Count) * share
-	switch l.Alg() {
-	case limit.TokenBucket, limit.GCRA:
-		out.Burst = burst
-		out.Count = max(1, int64(math.Round(rate)))
-		if rate < exactCount {
-			stretch := int64(math.Ceil(exactCount / rate))
-			stretched := out
-			stretched.Count = int64(math.Round(rate * float64(stretch)))
-			stretched.Period = l.Period * time.Duration(stretch)
-			if stretched.Period/time.Duration(stretch) == l.Period && stretched.Validate() == nil {
-				out = stretched
-			}
-		}
-	default:
-		out.Count = max(1, int64(math.Round(rate)))
+// scale returns l as one gateway enforces it on its own: l.Scale at part,
+// rounded up, so that a fleet answering alone during an outage errs over
+// its limit, never under it (docs/failure-modes.md). A bucket keeps its
+// rate to a thousandth of a token per period (1 a second at a part of
+// 1/150 is 7 per 1000 s, not 0 or 1 a second) and gcra becomes the token
+// bucket it answers as; window algorithms keep their window and round the
+// count up. A limit at the edge of what Validate accepts, which cannot be
+// scaled exactly, is enforced whole, which errs over too.
+func scale(l limit.Limit, part limit.Fraction) limit.Limit {
+	if s, ok := l.Scale(part, limit.RoundUp); ok {
+		return s
 	}
-	return out
+	return l
 }
 
 // share is the part of a limit one gateway enforces alone: slack over the
 // fleet size, since behind a round-robin balancer each gateway sees about
-// 1/gateways of a key's traffic, never perfectly evenly.
-func share(slack float64, gateways int) float64 {
-	return slack / float64(max(gateways, 1))
+// 1/gateways of a key's traffic, never perfectly evenly. Slack counts in
+// millionths, rounded up.
+func share(slack float64, gateways int) limit.Fraction {
+	const million = 1_000_000
+	return limit.Fraction{Num: int64(min(math.Ceil(slack*million), 1<<40)), Den: million * int64(max(gateways, 1))}
 }

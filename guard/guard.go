@@ -386,8 +386,8 @@ func (s *Store) anyOpen() bool {
 }
 
 // Take implements limit.Store. The Decision's Source says which path
-// answered: limit.FromRedis (the remote's own answer, whatever store it
-// is), FromLocalFallback, FromFailClosed or FromShed.
+// answered: the remote's own source (limit.FromRedis from redisstore),
+// or FromLocalFallback, FromFailClosed or FromShed.
 //
 // req must be valid (limit.Request.Validate): the guard does not check it
 // again, and its local fallback answers it as given. The layer on top
@@ -472,7 +472,6 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		// already be counting from an earlier one.
 		s.words.note(now.UnixMilli(), req, &d)
 	}
-	d.Source = limit.FromRedis
 	return granted, d, nil
 }
 
@@ -687,7 +686,7 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 // the word already taken, may have spent a token of the full bucket
 // first: the key's first moment of an outage can admit one request more
 // per request then in flight.
-func (s *Store) seed(lw lastWord, req, local *limit.Request, part float64) {
+func (s *Store) seed(lw lastWord, req, local *limit.Request, part limit.Fraction) {
 	for i := range req.Limits {
 		cost := seedCost(lw, &req.Limits[i], &local.Limits[i], part)
 		if cost == 0 {

@@ -58,14 +58,18 @@ func (f *flaky) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	if err := f.fault(ctx, req.Key); err != nil {
 		return limit.Decision{}, err
 	}
-	return f.store.Take(ctx, req)
+	d, err := f.store.Take(ctx, req)
+	d.Source = limit.FromRedis // the remote stands for Redis, and says so
+	return d, err
 }
 
 func (f *flaky) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	if err := f.fault(ctx, req.Key); err != nil {
 		return 0, limit.Decision{}, err
 	}
-	return f.store.TakeUpTo(ctx, req, want)
+	n, d, err := f.store.TakeUpTo(ctx, req, want)
+	d.Source = limit.FromRedis
+	return n, d, err
 }
 
 func shardOf(key string) string {

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"hash/maphash"
-	"math"
 	"sync"
 	"sync/atomic"
 
@@ -96,10 +95,10 @@ func (w *lastWords) take(key string, now int64) (lastWord, bool) {
 // part) must spend at once to hold lw's remaining tokens at the same part:
 // zero when lw does not speak of l (another limit, or l since changed) or
 // the shared bucket was full.
-func seedCost(lw lastWord, l, local *limit.Limit, part float64) int64 {
+func seedCost(lw lastWord, l, local *limit.Limit, part limit.Fraction) int64 {
 	if lw.name != l.Name || lw.burst != l.EffectiveBurst() {
 		return 0
 	}
 	burst := local.EffectiveBurst()
-	return burst - min(burst, max(0, int64(math.Round(float64(lw.remaining)*part))))
+	return burst - min(burst, max(0, part.Of(lw.remaining, limit.RoundUp)))
 }

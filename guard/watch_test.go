@@ -50,9 +50,9 @@ func TestWatchedNode(t *testing.T) {
 		wantErr error
 		open    bool
 	}{
-		{"busy gateway, node answering: wait for its answer", watched{delay: 20 * time.Millisecond}, limit.FromRedis, nil, false},
-		{"slow node, not yet down: wait for its answer", watched{delay: 20 * time.Millisecond, silence: timeout}, limit.FromRedis, nil, false},
-		{"node paused for tens of ms: wait for its answer", watched{delay: 40 * time.Millisecond, silence: 40 * time.Millisecond}, limit.FromRedis, nil, false},
+		{"busy gateway, node answering: wait for its answer", watched{delay: 20 * time.Millisecond}, limit.FromMemory, nil, false},
+		{"slow node, not yet down: wait for its answer", watched{delay: 20 * time.Millisecond, silence: timeout}, limit.FromMemory, nil, false},
+		{"node paused for tens of ms: wait for its answer", watched{delay: 40 * time.Millisecond, silence: 40 * time.Millisecond}, limit.FromMemory, nil, false},
 		{"node silent past DownAfter: down at once", watched{delay: time.Hour, silence: time.Hour}, limit.FromLocalFallback, nil, true},
 		{"queued past MaxQueue while the node answers: shed", watched{delay: time.Hour}, limit.FromShed, guard.ErrShed, false},
 		{"an error about the key's data is not the node's", watched{err: badReply}, "", limit.ErrBadReply, false},
@@ -152,7 +152,7 @@ func TestProbePanicReleasesTheProbe(t *testing.T) {
 		}()
 		s.Take(context.Background(), req)
 	}()
-	if d, err := s.Take(context.Background(), req); err != nil || d.Source != limit.FromRedis {
+	if d, err := s.Take(context.Background(), req); err != nil || d.Source != limit.FromMemory {
 		t.Fatalf("after the probe panicked: %+v, %v; want the next call to probe and get the remote's answer", d, err)
 	}
 }

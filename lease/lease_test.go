@@ -26,12 +26,16 @@ type counted struct {
 
 func (c *counted) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	c.calls.Add(1)
-	return c.Store.Take(ctx, req)
+	d, err := c.Store.Take(ctx, req)
+	d.Source = limit.FromRedis // it stands for Redis, and says so
+	return d, err
 }
 
 func (c *counted) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	c.calls.Add(1)
-	return c.Store.TakeUpTo(ctx, req, want)
+	n, d, err := c.Store.TakeUpTo(ctx, req, want)
+	d.Source = limit.FromRedis
+	return n, d, err
 }
 
 // fleet is n lease stores, as n gateways, sharing one counted store.

@@ -45,3 +45,30 @@ func ExampleDecide() {
 	// Output:
 	// true s 50 1.5s
 }
+
+// A region's quarter of "10 a second, bursts of 20" is 2.5 a second,
+// counted as 2500 per 1000 s so that no part of a token is lost; rounded
+// down, as shares are, it never gives more than the quarter.
+func ExampleLimit_Scale() {
+	l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20, Algorithm: limit.GCRA}
+	scaled, ok := l.Scale(limit.Fraction{Num: 1, Den: 4}, limit.RoundDown)
+	fmt.Println(scaled.Count, "per", scaled.Period, "burst", scaled.Burst, scaled.Algorithm, ok)
+	// Output: 2500 per 16m40s burst 5 token_bucket true
+}
+
+// A refused request's budget, as the header fields the gateway writes to
+// HTTP and rls to Envoy.
+func ExampleBudget_AppendValues() {
+	l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20}
+	b := limit.BudgetOf(&l, &limit.Decision{Remaining: 0, RetryAfter: 80 * time.Millisecond, ResetAfter: 2 * time.Second})
+	for i, v := range b.AppendValues(nil) {
+		fmt.Printf("%s: %s\n", limit.FieldName(i), v)
+	}
+	// Output:
+	// RateLimit-Policy: "s";q=20;w=2
+	// RateLimit: "s";r=0;t=2
+	// X-RateLimit-Limit: 20
+	// X-RateLimit-Remaining: 0
+	// X-RateLimit-Reset: 2
+	// Retry-After: 1
+}

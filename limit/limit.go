@@ -330,8 +330,10 @@ type Decision struct {
 	// algorithms until its current window ends.
 	ResetAfter time.Duration
 	// Source says where the answer came from: whether every gateway saw
-	// it, or this one answered alone. Empty means a store that does not
-	// say.
+	// it, or this one answered alone. A store sets its own (memstore
+	// FromMemory, redisstore FromRedis); a layer over a store sets only
+	// the sources it answers from itself. Empty means a store that does
+	// not say, which callers report as FromStore.
 	Source Source
 	// Shadow is what the request's shadow limits would have done. Its
 	// zero value (not Checked) means the request had none, or the answer
@@ -389,6 +391,12 @@ const (
 	// global limit rounds to nothing (package share): the balancer has
 	// given the key's traffic to other regions.
 	FromRegionShare Source = "region-share"
+	// FromStore is the source reported for a store that did not say one:
+	// an embedder's Store that leaves Decision.Source empty.
+	FromStore Source = "store"
+	// Unlimited is the source of a request no limit applied to: it passed
+	// without asking a store.
+	Unlimited Source = "unlimited"
 )
 
 // ErrBadReply is wrapped by a store's error when the shared store answered,
@@ -398,15 +406,41 @@ const (
 // request alone fails, under its limits' fail mode.
 var ErrBadReply = errors.New("the store answered with an unusable reply")
 
-// Store takes tokens from the limits of one key atomically. Implementations
-// are safe for concurrent use.
+// Store takes tokens from the limits of one key atomically. memstore and
+// redisstore implement it, and the layers (lease, guard, share) each take
+// a Store and are one; limittest.Run is the conformance suite every
+// implementation passes. Its contract, for implementations and for layers
+// alike:
+//
+//   - Requests arrive valid ([Request.Validate]): the top of the stack
+//     checks them once (the gateway's and rls's limits are checked when
+//     their rules are compiled), and the layers below take them as valid
+//     without checking again. A store may still refuse a request that
+//     would corrupt what it keeps; its error then matches ErrInvalid.
+//   - Take must not modify req or anything it points to, and must not keep
+//     req, its Limits or any part of them after it returns. A request's
+//     Limits are usually the rules' resolution itself, shared by every
+//     request of the same plan and endpoint: a store that writes to them
+//     changes everyone's limits. A layer that needs other limits (share's
+//     scaled ones, guard's local ones) builds a request of its own.
+//   - It is safe for concurrent use: the gateway calls it from every
+//     request's goroutine at once, on the request path, once per request
+//     (lease: once per batch), and it honours ctx's deadline.
+//   - The Decision's Source says which path answered: a store sets its
+//     own, and a layer sets only the sources it answers from itself and
+//     passes the rest through.
+//   - An error means the store could not say: nothing is known about the
+//     limits, and the caller decides whether to fail open or closed. An
+//     error matching ErrInvalid is about the request itself, whatever the
+//     store; one matching ErrBadReply comes from a store that answered,
+//     unusably, and so is up; ctx's error means the caller gave up; any
+//     other means the store could not be reached or did not answer in
+//     time, which guard counts against the store's node.
 type Store interface {
 	// Take checks every limit of req and, only if all allow it, takes
-	// req.Cost tokens from each. An error means nothing is known about the
-	// limits: the caller decides whether to fail open or closed. Shadow
-	// limits (Limit.Shadow) are checked in the same call, as a group of
-	// their own that never refuses, and answered in Decision.Shadow;
-	// limittest.Run holds every store to it.
+	// req.Cost tokens from each. Shadow limits (Limit.Shadow) are checked
+	// in the same call, as a group of their own that never refuses, and
+	// answered in Decision.Shadow.
 	Take(ctx context.Context, req *Request) (Decision, error)
 }
 
@@ -417,9 +451,10 @@ type Granter interface {
 	Store
 	// TakeUpTo takes as many tokens as every limit of req can spare, at
 	// least req's cost and at most want (a want below the cost means the
-	// cost; below 1 is an error), atomically, and reports how many it took. When granted is
-	// positive, d describes the limits after the take; when it is zero, d
-	// is the refusal Take would have given req.
+	// cost; below 1 is an error), atomically, and reports how many it
+	// took. When granted is positive, d describes the limits after the
+	// take; when it is zero, d is the refusal Take would have given req.
+	// The Store contract holds for it too.
 	TakeUpTo(ctx context.Context, req *Request, want int64) (granted int64, d Decision, err error)
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,7 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -371,7 +371,8 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 		*src = c.d.Source
 		d := &c.d
 		l := &c.req.Limits[d.Index]
-		resp.ResponseHeadersToAdd = rateHeaders(l, d)
+		b := limit.BudgetOf(l, d)
+		resp.ResponseHeadersToAdd = rateHeaders(&b)
 		if !d.Allowed && d.RetryAfter == limit.Never {
 			resp.RawBody = fmt.Appendf(nil, "this request costs %d hits, more than the %d that descriptor limit %q ever holds; it cannot pass\n",
 				c.req.EffectiveCost(), l.EffectiveBurst(), l.Name)
@@ -379,7 +380,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 	} else if c != nil && c.failed >= 0 && c.d.RetryAfter > 0 {
 		*src = c.d.Source
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: "Retry-After", Value: fmt.Sprint(max(ceilSeconds(c.d.RetryAfter), 1))})
+			&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(limit.RetryAfterSeconds(c.d.RetryAfter), 10)})
 	}
 	if s.shadowAll && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		s.metrics.globalShadow()
@@ -461,7 +462,7 @@ func (s *Service) status(domain string, it *item) *rlsv3.RateLimitResponse_Descr
 		return st
 	}
 	l := &c.req.Limits[d.Index]
-	if q, _ := gateway.Quota(l); float64(d.Remaining) < float64(q)*(1-s.nearRatio) {
+	if q := limit.BudgetOf(l, d).Quota; float64(d.Remaining) < float64(q)*(1-s.nearRatio) {
 		s.metrics.near(domain, it.metric, cost)
 	}
 	return st

@@ -35,12 +35,3 @@ func ExampleStore() {
 	// k:busy: 60 of 100 a minute
 	// k:quiet: 20 of 100 a minute
 }
-
-// A quarter of "10 a second, bursts of 20" is 2.5 a second, counted as
-// 2500 per 1000 s so that no part of a token is lost.
-func ExampleScale() {
-	l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 20, Algorithm: limit.GCRA}
-	scaled, ok := share.Scale(l, 250_000)
-	fmt.Println(scaled.Count, "per", scaled.Period, "burst", scaled.Burst, scaled.Algorithm, ok)
-	// Output: 2500 per 16m40s burst 5 token_bucket true
-}

@@ -37,6 +37,11 @@ import (
 	"github.com/sluice-rl/sluice/limit"
 )
 
+// Whole is a whole limit in the unit shares are counted in: parts per
+// million. Shares that add up to at most Whole scale (rounded down) to
+// limits that add up to at most the limit.
+const Whole = 1_000_000
+
 // Pair names one limit of one key: the unit shares are given in.
 type Pair struct {
 	// Key is the store key (limit.Request.Key), such as "k:abc".
@@ -229,7 +234,7 @@ func (s *Store) view() view {
 	if stale != s.stale.Load() && s.stale.CompareAndSwap(!stale, stale) {
 		if stale {
 			s.cfg.Logger.Warn("region shares are stale: the balancer has not answered; every key gets at most an even split",
-				"age_ms", s.Age().Milliseconds(), "even", Fraction(s.even), "default", Fraction(t.Default), "version", t.Version)
+				"age_ms", s.Age().Milliseconds(), "even", float64(s.even)/Whole, "default", float64(t.Default)/Whole, "version", t.Version)
 		} else {
 			s.cfg.Logger.Info("region shares are fresh again", "version", t.Version)
 		}
@@ -266,8 +271,11 @@ func (s *Store) lookup(v view, p Pair) uint32 {
 	return min(sh, s.even)
 }
 
-// Take scales req's limits to this region's shares and passes it to the
-// inner store, whose Decision (and Source) it returns. A limit whose share
+// Take scales req's limits to this region's shares (limit.Limit.Scale,
+// rounded down, so that the regions' shares of a limit never add up to
+// more than it) and passes it to the inner store, whose Decision (and
+// Source) it returns. req must be valid: the layer above validates it, as
+// limit.Store says, and share does not check it again. A limit whose share
 // rounds to nothing refuses at once, for its period, without calling the
 // inner store, from limit.FromRegionShare.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
@@ -312,10 +320,11 @@ func (s *Store) passable(req *limit.Request, d limit.Decision) limit.Decision {
 func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool) {
 	v := s.view()
 	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, len(req.Limits))}
-	for i, l := range req.Limits {
-		sl, ok := Scale(l, s.lookup(v, Pair{req.Key, l.Name}))
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		sl, ok := l.Scale(limit.Fraction{Num: int64(s.lookup(v, Pair{req.Key, l.Name})), Den: Whole}, limit.RoundDown)
 		if !ok && l.Shadow {
-			sl, ok = l, true // a shadow limit never refuses
+			sl, ok = *l, true // a shadow limit never refuses
 		}
 		if !ok {
 			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: limit.FromRegionShare}, false

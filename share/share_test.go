@@ -11,84 +11,8 @@ import (
 	"github.com/sluice-rl/sluice/share"
 )
 
-func TestScale(t *testing.T) {
-	sec := time.Second
-	tests := []struct {
-		name   string
-		l      limit.Limit
-		share  uint32
-		want   limit.Limit
-		wantOK bool
-	}{
-		{"token bucket 60%", limit.Limit{Name: "s", Count: 100, Period: sec, Burst: 200}, 600_000,
-			limit.Limit{Name: "s", Count: 60_000, Period: 1000 * sec, Burst: 120, Algorithm: limit.TokenBucket}, true},
-		{"a third of 10 a second is 3.333", limit.Limit{Name: "s", Count: 10, Period: sec}, 333_333,
-			limit.Limit{Name: "s", Count: 3333, Period: 1000 * sec, Burst: 3, Algorithm: limit.TokenBucket}, true},
-		{"gcra becomes a token bucket", limit.Limit{Name: "s", Count: 10, Period: sec, Burst: 5, Algorithm: limit.GCRA}, Whole,
-			limit.Limit{Name: "s", Count: 10_000, Period: 1000 * sec, Burst: 5, Algorithm: limit.TokenBucket}, true},
-		{"window keeps its period", limit.Limit{Name: "m", Count: 1000, Period: time.Minute, Algorithm: limit.FixedWindow}, 100_000,
-			limit.Limit{Name: "m", Count: 100, Period: time.Minute, Algorithm: limit.FixedWindow}, true},
-		{"window rounds to no token", limit.Limit{Name: "login", Count: 5, Period: time.Minute, Algorithm: limit.SlidingWindow}, 100_000, limit.Limit{}, false},
-		{"burst rounds to none", limit.Limit{Name: "s", Count: 1000, Period: sec, Burst: 5}, 100_000, limit.Limit{}, false},
-		{"above whole is whole", limit.Limit{Name: "s", Count: 7, Period: sec}, 2 * Whole,
-			limit.Limit{Name: "s", Count: 7000, Period: 1000 * sec, Burst: 7, Algorithm: limit.TokenBucket}, true},
-		{"large counts refine less", limit.Limit{Name: "s", Count: 1 << 40, Period: time.Millisecond}, 500_000,
-			limit.Limit{Name: "s", Count: 10 << 39, Period: 10 * time.Millisecond, Burst: 1 << 39, Algorithm: limit.TokenBucket}, true},
-		{"long periods refine less", limit.Limit{Name: "y", Count: 1000, Period: 366 * 24 * time.Hour}, 500_000,
-			limit.Limit{Name: "y", Count: 5000, Period: 10 * 366 * 24 * time.Hour, Burst: 500, Algorithm: limit.TokenBucket}, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := share.Scale(tt.l, tt.share)
-			if ok != tt.wantOK {
-				t.Fatalf("got ok %v, want %v (limit %+v)", ok, tt.wantOK, got)
-			}
-			if ok && got != tt.want {
-				t.Errorf("got %+v, want %+v", got, tt.want)
-			}
-			if ok {
-				if err := got.Validate(); err != nil {
-					t.Errorf("scaled limit is invalid: %v", err)
-				}
-			}
-		})
-	}
-}
-
 // Whole is share.Whole, short.
 const Whole = share.Whole
-
-// TestSharesAddUp checks the promise the balancer relies on: limits scaled
-// to shares that add up to at most Whole add up to at most the limit.
-func TestSharesAddUp(t *testing.T) {
-	splits := [][]uint32{{333_334, 333_333, 333_333}, {600_000, 300_000, 100_000}, {1, 999_999, 0}, {50_000, 50_000, 900_000}}
-	for _, alg := range []limit.Algorithm{limit.TokenBucket, limit.GCRA, limit.SlidingWindow} {
-		for _, count := range []int64{1, 2, 3, 7, 100, 999, 1_000_003} {
-			l := limit.Limit{Name: "s", Count: count, Period: time.Second, Burst: 2 * count, Algorithm: alg}
-			for _, split := range splits {
-				// Rates in tokens per refined period: Count × k per Period × k.
-				k := int64(1)
-				if alg != limit.SlidingWindow {
-					k = share.Refinement(l)
-				}
-				var sum, bursts int64
-				for _, s := range split {
-					sl, ok := share.Scale(l, s)
-					if ok {
-						if sl.Period != l.Period*time.Duration(k) {
-							t.Fatalf("%s count %d: got period %v, want %v", alg, count, sl.Period, l.Period*time.Duration(k))
-						}
-						sum += sl.Count
-						bursts += sl.EffectiveBurst()
-					}
-				}
-				if sum > count*k || (alg != limit.SlidingWindow && bursts > 2*count) {
-					t.Errorf("%s count %d split %v: got rates %d bursts %d, want at most %d and %d", alg, count, split, sum, bursts, count*k, 2*count)
-				}
-			}
-		}
-	}
-}
 
 func newStore(t *testing.T, clock *limittest.Clock, stale time.Duration) *share.Store {
 	t.Helper()

@@ -546,7 +546,7 @@ func (p *phase) watchShare(ctx context.Context, r int) {
 	name := p.sc.Streams[0].Limit.Name
 	for ctx.Err() == nil {
 		if got := s.Share(p.t.keys[0], name); got > share.Whole/2 {
-			p.mark(fmt.Sprintf("%s holds %s of the limit", p.sc.Regions[r], share.Fraction(got)))
+			p.mark(fmt.Sprintf("%s holds %.0f%% of the limit", p.sc.Regions[r], 100*float64(got)/share.Whole))
 			return
 		}
 		select {

@@ -5,8 +5,6 @@
 package rulesapi
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -118,7 +116,7 @@ type ShadowReport struct {
 // KeyCount is one key's count.
 type KeyCount struct {
 	// Key is the store key: "k:" and the API key, or "ip:" and the client
-	// address. The rules service stores it as KeyHash writes it unless its
+	// address. The rules service stores it as keyhash.Of writes it unless its
 	// operator opts in to raw keys.
 	Key   string `json:"key"`
 	Count int64  `json:"count"`
@@ -137,21 +135,4 @@ func CheckGatewayID(id string) error {
 		return fmt.Errorf("gateway ID %q may hold only printable ASCII without spaces", id)
 	}
 	return nil
-}
-
-// KeyHash is how a store key is written where an API key or an address
-// must not be: its kind ("k:" for an API key, else "ip:") and the first 8
-// bytes of the SHA-256 of the whole key, in hex. It is the form the
-// gateway's decision log uses, so a hash in the rules service's shadow
-// report finds the same caller's log lines. An operator who knows a key
-// finds its hash with
-//
-//	printf %s 'k:KEY' | sha256sum | cut -c1-16
-func KeyHash(key string) string {
-	kind := "ip:"
-	if strings.HasPrefix(key, "k:") {
-		kind = "k:"
-	}
-	sum := sha256.Sum256([]byte(key))
-	return kind + hex.EncodeToString(sum[:8])
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 )
 
@@ -235,7 +236,7 @@ func (s *Service) serveReport(w http.ResponseWriter, r *http.Request, tok token)
 		}
 		key := row.key
 		if key != "" && !s.cfg.ShadowRawKeys {
-			key = rulesapi.KeyHash(storeKey(key))
+			key = keyhash.Of(storeKey(key))
 		}
 		batch.Queue("INSERT INTO shadow_hits (rule_id, version, gateway, key, hits) VALUES ($1, $2, $3, $4, $5)",
 			row.rule, row.version, rep.Gateway, key, row.requests)

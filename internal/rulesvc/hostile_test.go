@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/internal/rulesync"
@@ -182,7 +183,7 @@ func TestShadowRawKeysOnlyByChoice(t *testing.T) {
 			{"rule":7,"would_refuse":3,"top_keys":[{"key":"k:secret_key","count":2},{"key":"ip:192.0.2.1","count":1}]}]}]}`, 204)
 		var sh struct{ Rules []rulesvc.ShadowRule }
 		mustCall(t, base, "GET", "/admin/v1/shadow", nil, 200, &sh)
-		want := fmt.Sprint([]rulesapi.KeyCount{{Key: rulesapi.KeyHash("k:secret_key"), Count: 2}, {Key: rulesapi.KeyHash("ip:192.0.2.1"), Count: 1}})
+		want := fmt.Sprint([]rulesapi.KeyCount{{Key: keyhash.Of("k:secret_key"), Count: 2}, {Key: keyhash.Of("ip:192.0.2.1"), Count: 1}})
 		if raw {
 			want = fmt.Sprint([]rulesapi.KeyCount{{Key: "k:secret_key", Count: 2}, {Key: "ip:192.0.2.1", Count: 1}})
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/rules"
@@ -439,7 +440,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		t.Fatalf("poll: got %d %s", code, raw)
 	}
 	rep := rulesapi.Report{Gateway: "gw-1", Region: "eu", Versions: []rulesapi.VersionReport{{Version: sn.Version, Requests: 10, Refused: 1,
-		Shadow: []rulesapi.ShadowReport{{Rule: shadow.After.ID, WouldRefuse: 3, TopKeys: []rulesapi.KeyCount{{Key: rulesapi.KeyHash("k:key_pro"), Count: 3}}}}}}}
+		Shadow: []rulesapi.ShadowReport{{Rule: shadow.After.ID, WouldRefuse: 3, TopKeys: []rulesapi.KeyCount{{Key: keyhash.Of("k:key_pro"), Count: 3}}}}}}}
 	if code, raw := call(t, base, gatewayToken, "POST", rulesapi.ReportPath, rep, nil); code/100 != 2 {
 		t.Fatalf("report: got %d %s", code, raw)
 	}

@@ -83,7 +83,7 @@ type Config struct {
 	ReportRate float64
 	// ShadowRawKeys stores the API keys and addresses of shadow reports as
 	// the gateways send them. By default they are stored hashed, as
-	// rulesapi.KeyHash writes them, the form of the gateway's decision log.
+	// keyhash.Of writes them, the form of the gateway's decision log.
 	ShadowRawKeys bool
 	// MaxOverride is the longest an emergency override may last. Zero
 	// means 7 days.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/internal/rulesync"
@@ -407,7 +408,7 @@ func TestShadowRulesAreReportedNotEnforced(t *testing.T) {
 		return len(got.Rules) == 1 && got.Rules[0].WouldRefuse == 9
 	})
 	// Stored as the gateway's decision log writes them, not as sent.
-	want := []rulesapi.KeyCount{{Key: rulesapi.KeyHash("k:key_a"), Count: 8}, {Key: rulesapi.KeyHash("k:key_b"), Count: 1}}
+	want := []rulesapi.KeyCount{{Key: keyhash.Of("k:key_a"), Count: 8}, {Key: keyhash.Of("k:key_b"), Count: 1}}
 	if sr := got.Rules[0]; sr.Rule != shadow.After.ID || fmt.Sprint(sr.TopKeys) != fmt.Sprint(want) {
 		t.Errorf("got rule %d top keys %v, want rule %d and %v", sr.Rule, sr.TopKeys, shadow.After.ID, want)
 	}

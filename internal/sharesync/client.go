@@ -189,7 +189,7 @@ func (c *Client) pollOnce(ctx context.Context, u *url.URL) error {
 	if err := c.cfg.Store.Set(t); err != nil {
 		return fmt.Errorf("poll: shares version %d: %w", sh.Version, err)
 	}
-	c.log.Debug("region shares loaded", "version", sh.Version, "default", share.Fraction(sh.Default), "keys", len(sh.Shares))
+	c.log.Debug("region shares loaded", "version", sh.Version, "default", float64(sh.Default)/share.Whole, "keys", len(sh.Shares))
 	return nil
 }
 
