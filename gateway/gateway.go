@@ -230,7 +230,12 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	pr := requests.Get().(*pooledRequest)
 	req := &pr.req
 	*req = limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
-	if len(res.Shadow) > 0 {
+	if res.Org != "" {
+		// Org rules: the key's and the org's limits in one call under the
+		// org's key (rules.Resolution.StoreKey), in res's order.
+		req.Key, pr.limits = res.StoreKey(c.key), res.AppendStoreLimits(pr.limits[:0], c.apiKey)
+		req.Limits = pr.limits
+	} else if len(res.Shadow) > 0 {
 		// One store call for both: the shadow limits (Limit.Shadow) follow
 		// the enforced ones under the same key, so that Decision.Index is
 		// still a position in res.Limits, and Decision.Shadow says what

@@ -29,6 +29,9 @@ const (
 	ScopeEndpoint Scope = "endpoint" // every request to one endpoint
 	ScopePlan     Scope = "plan"     // keys on one plan, optionally on one endpoint
 	ScopeKey      Scope = "key"      // one API key: an override
+	// ScopeOrg limits the sum of every key of one organization (the key
+	// directory's org), beside each key's own limits; see [Set.Resolve].
+	ScopeOrg Scope = "org"
 )
 
 // Mode says whether a rule refuses.
@@ -126,6 +129,9 @@ type Match struct {
 	Plan     string `json:"plan,omitempty" yaml:"plan,omitempty"`
 	Endpoint string `json:"endpoint,omitempty" yaml:"endpoint,omitempty"`
 	Key      string `json:"key,omitempty" yaml:"key,omitempty"`
+	// Org names the organization an org rule matches; empty in an org
+	// rule means every organization, each counted on its own.
+	Org string `json:"org,omitempty" yaml:"org,omitempty"`
 }
 
 // Rule is one entry of the rules table.

@@ -34,6 +34,7 @@ type Set struct {
 	// compiled rules, indexed by what they match.
 	byMatch map[matchKey][]compiled
 	ip      []compiled
+	hasOrg  bool // some rule has scope org
 	// resolved caches Resolve's answers by resolveKey (*resolved values).
 	// It holds at most one entry per plan and endpoint, per key with key
 	// rules, and for requests without a key: bounded by the rules.
@@ -46,6 +47,7 @@ type resolveKey struct {
 	plan     string // the key's plan; empty for unknown keys
 	key      string // the API key, only when key-scope rules name it
 	endpoint string
+	org      string // the key's org, only when org rules match it
 }
 
 // resolved is a cached Resolution and the times it holds for: from when
@@ -59,8 +61,8 @@ type resolved struct {
 
 // matchKey is the index of a rule: its scope and match fields.
 type matchKey struct {
-	scope         Scope
-	plan, ep, key string
+	scope              Scope
+	plan, ep, key, org string
 }
 
 type compiled struct {
@@ -82,6 +84,17 @@ func specificity(sc Scope, m Match) int {
 		return 3
 	case ScopeEndpoint:
 		return 2
+	case ScopeOrg:
+		// Org rules merge among themselves only; a named org beats every
+		// org, and an endpoint narrows either.
+		n := 1
+		if m.Org != "" {
+			n += 2
+		}
+		if m.Endpoint != "" {
+			n++
+		}
+		return n
 	}
 	return 1 // default, ip
 }
@@ -133,6 +146,11 @@ func Compile(doc Document, version int64) (*Set, error) {
 		if info.Plan == "" {
 			return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Field: "plan", Problem: "is empty"}
 		}
+		if info.Org != "" {
+			if err := checkOrg(info.Org); err != nil {
+				return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Field: "org", Problem: err.Error()}
+			}
+		}
 	}
 	names := map[string]bool{}
 	for i, ep := range doc.Endpoints {
@@ -174,7 +192,7 @@ func Compile(doc Document, version int64) (*Set, error) {
 		if err != nil {
 			return nil, &FieldError{Where: fmt.Sprintf("rules[%d] (%s)", i, describe(r)), Field: err.Field, Problem: err.Problem}
 		}
-		mk := matchKey{scope: r.Scope, plan: r.Match.Plan, ep: r.Match.Endpoint, key: r.Match.Key}
+		mk := matchKey{scope: r.Scope, plan: r.Match.Plan, ep: r.Match.Endpoint, key: r.Match.Key, org: r.Match.Org}
 		same := s.byMatch[mk]
 		if r.Scope == ScopeIP {
 			same = s.ip
@@ -185,6 +203,7 @@ func Compile(doc Document, version int64) (*Set, error) {
 					Problem: "another rule with the same scope, match and mode already exists"}
 			}
 		}
+		s.hasOrg = s.hasOrg || r.Scope == ScopeOrg
 		if r.Scope == ScopeIP {
 			s.ip = append(s.ip, c)
 		} else {
@@ -202,7 +221,7 @@ func Compile(doc Document, version int64) (*Set, error) {
 
 func describe(r *Rule) string {
 	parts := []string{string(r.Scope)}
-	for _, kv := range [][2]string{{"plan", r.Match.Plan}, {"endpoint", r.Match.Endpoint}, {"key", r.Match.Key}} {
+	for _, kv := range [][2]string{{"plan", r.Match.Plan}, {"endpoint", r.Match.Endpoint}, {"key", r.Match.Key}, {"org", r.Match.Org}} {
 		if kv[1] != "" {
 			parts = append(parts, kv[0]+"="+kv[1])
 		}
@@ -238,29 +257,38 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	}
 	m := r.Match
 	switch r.Scope {
+	case ScopeOrg:
+		if m.Plan != "" || m.Key != "" {
+			return fe("match", "an org rule matches {org: NAME}, or every organization with no org, and optionally an endpoint")
+		}
+		if m.Org != "" {
+			if err := checkOrg(m.Org); err != nil {
+				return fe("match.org", "%v", err)
+			}
+		}
 	case ScopeDefault, ScopeIP:
 		if m != (Match{}) {
 			return fe("match", "a %s rule matches everything and takes no match", r.Scope)
 		}
 	case ScopeEndpoint:
-		if m.Endpoint == "" || m.Plan != "" || m.Key != "" {
+		if m.Endpoint == "" || m.Plan != "" || m.Key != "" || m.Org != "" {
 			return fe("match", "an endpoint rule matches exactly one endpoint: {endpoint: NAME}")
 		}
 	case ScopePlan:
-		if m.Plan == "" || m.Key != "" {
+		if m.Plan == "" || m.Key != "" || m.Org != "" {
 			return fe("match", "a plan rule matches {plan: NAME} and optionally an endpoint")
 		}
 	case ScopeKey:
-		if m.Key == "" || m.Plan != "" || m.Endpoint != "" {
+		if m.Key == "" || m.Plan != "" || m.Endpoint != "" || m.Org != "" {
 			return fe("match", "a key rule matches exactly one key: {key: KEY}")
 		}
 		if err := CheckKey(m.Key); err != nil {
 			return fe("match.key", "%v", err)
 		}
 	case "":
-		return fe("scope", "is missing (want default, ip, endpoint, plan or key)")
+		return fe("scope", "is missing (want default, ip, endpoint, plan, key or org)")
 	default:
-		return fe("scope", "%q is not one of default, ip, endpoint, plan, key", r.Scope)
+		return fe("scope", "%q is not one of default, ip, endpoint, plan, key, org", r.Scope)
 	}
 	if m.Endpoint != "" && !endpoints[m.Endpoint] {
 		return fe("match.endpoint", "%q is not a declared endpoint", m.Endpoint)
@@ -328,6 +356,14 @@ type Resolution struct {
 	Rules []*Rule
 	// ShadowRules are parallel to Shadow.
 	ShadowRules []*Rule
+	// Org is the key's organization when org rules apply to it (the last
+	// OrgLimits of Limits and OrgShadow of Shadow are the org's); empty
+	// otherwise. Such a request is taken under the org's store key
+	// (StoreKey) with its limits renamed per key (AppendStoreLimits).
+	Org string
+	// OrgLimits and OrgShadow count the org's limits at the end of Limits
+	// and Shadow.
+	OrgLimits, OrgShadow int
 }
 
 // Key returns what the directory knows of an API key.
@@ -358,6 +394,9 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 		if _, ok := s.byMatch[matchKey{scope: ScopeKey, key: q.APIKey}]; ok {
 			k.key = q.APIKey
 		}
+		if known && info.Org != "" && s.hasOrg {
+			k.org = info.Org
+		}
 	}
 	if v, ok := s.resolved.Load(k); ok {
 		if r := v.(*resolved); !now.Before(r.from) && (r.until.IsZero() || now.Before(r.until)) {
@@ -372,12 +411,21 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 // resolve computes the Resolution for k at now.
 func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	var res Resolution
-	var cands [6][]compiled
+	var cands [10][]compiled
 	n := 0
 	add := func(mk matchKey) {
 		if cs := s.byMatch[mk]; len(cs) > 0 {
 			cands[n] = cs
 			n++
+		}
+	}
+	if k.org != "" {
+		res.Org = k.org
+		add(matchKey{scope: ScopeOrg})
+		add(matchKey{scope: ScopeOrg, org: k.org})
+		if k.endpoint != "" {
+			add(matchKey{scope: ScopeOrg, ep: k.endpoint})
+			add(matchKey{scope: ScopeOrg, org: k.org, ep: k.endpoint})
 		}
 	}
 	if k.ip {
@@ -409,7 +457,7 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		r    *Rule
 		spec int
 	}
-	var enforced, shadow []pick
+	var enforced, shadow, orgEnforced, orgShadow []pick
 	merge := func(into *[]pick, c *compiled) {
 		// Within one scope, a rule with an expiry is a temporary override of
 		// the permanent one, so it wins the tie.
@@ -440,20 +488,30 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 			if !c.expires.IsZero() && (until.IsZero() || c.expires.Before(until)) {
 				until = c.expires
 			}
-			if c.shadow {
+			switch org := c.rule.Scope == ScopeOrg; {
+			case org && c.shadow:
+				merge(&orgShadow, c)
+			case org:
+				merge(&orgEnforced, c)
+			case c.shadow:
 				merge(&shadow, c)
-			} else {
+			default:
 				merge(&enforced, c)
 			}
 		}
 	}
-	for _, p := range enforced {
+	// The org's limits follow the key's: a store checks both in one call.
+	for _, p := range append(enforced, orgEnforced...) {
 		res.Limits = append(res.Limits, p.l)
 		res.Rules = append(res.Rules, p.r)
 	}
-	for _, p := range shadow {
+	for _, p := range append(shadow, orgShadow...) {
 		res.Shadow = append(res.Shadow, p.l)
 		res.ShadowRules = append(res.ShadowRules, p.r)
+	}
+	res.OrgLimits, res.OrgShadow = len(orgEnforced), len(orgShadow)
+	if res.OrgLimits+res.OrgShadow == 0 {
+		res.Org = ""
 	}
 	res.Cost = 1
 	if k.endpoint != "" {
