@@ -225,7 +225,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 
 	if len(res.Limits) == 0 && len(res.Shadow) == 0 {
 		l.unlimited(cl)
-		return nil
+		return l.takeQuotas(w, cl, &res)
 	}
 	pr := requests.Get().(*pooledRequest)
 	req := &pr.req
@@ -254,7 +254,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(res.Limits) == 0 {
 		l.unlimited(cl)
-		return nil
+		return l.takeQuotas(w, cl, &res)
 	}
 	if err != nil {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
@@ -268,7 +268,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 			l.logDecision(cl, slog.LevelInfo, "rate limit decision",
 				logLine{outcome: outcomeAllowed, limit: lim, rule: ruleAt(res.Rules, d.Index), source: src})
 		}
-		return nil
+		return l.takeQuotas(w, cl, &res)
 	}
 	l.metrics.decision(outcomeRefused, lim.Name, src, cl.plan)
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,

@@ -137,10 +137,13 @@ type Match struct {
 // Rule is one entry of the rules table.
 type Rule struct {
 	// ID is the rules service's identifier; zero in a rules file.
-	ID        int64     `json:"id,omitempty" yaml:"id,omitempty"`
-	Scope     Scope     `json:"scope" yaml:"scope"`
-	Match     Match     `json:"match,omitzero" yaml:"match,omitempty"`
-	Limits    []Limit   `json:"limits" yaml:"limits"`
+	ID     int64   `json:"id,omitempty" yaml:"id,omitempty"`
+	Scope  Scope   `json:"scope" yaml:"scope"`
+	Match  Match   `json:"match,omitzero" yaml:"match,omitempty"`
+	Limits []Limit `json:"limits" yaml:"limits"`
+	// Quotas are daily and monthly counts, counted in batches (package
+	// quota); a rule may have quotas and no limits.
+	Quotas    []Quota   `json:"quotas,omitempty" yaml:"quotas,omitempty"`
 	Mode      Mode      `json:"mode,omitempty" yaml:"mode,omitempty"`
 	FailMode  FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // Set is a compiled, validated rule set: immutable and safe for concurrent
@@ -68,6 +69,7 @@ type matchKey struct {
 type compiled struct {
 	rule    *Rule
 	limits  []limit.Limit
+	quotas  []quota.Quota
 	shadow  bool
 	expires time.Time // zero: never
 }
@@ -303,10 +305,16 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	default:
 		return fe("fail_mode", "%q is not open or closed", r.FailMode)
 	}
-	if len(r.Limits) == 0 {
-		return fe("limits", "a rule needs at least one limit")
+	if len(r.Limits) == 0 && len(r.Quotas) == 0 {
+		return fe("limits", "a rule needs at least one limit or quota")
+	}
+	if len(r.Quotas) > 0 && r.Mode == Shadow {
+		return fe("quotas", "a shadow rule has no quotas yet")
 	}
 	c := compiled{rule: r, shadow: r.Mode == Shadow, expires: r.ExpiresAt}
+	if err := compileQuotas(r, &c); err != nil {
+		return compiled{}, err
+	}
 	for j := range r.Limits {
 		l, err := r.Limits[j].toLimit(r.FailMode == FailClosed)
 		if err != nil {
@@ -364,6 +372,10 @@ type Resolution struct {
 	// OrgLimits and OrgShadow count the org's limits at the end of Limits
 	// and Shadow.
 	OrgLimits, OrgShadow int
+	// Quotas are the key's daily and monthly quotas (package quota),
+	// merged by name as limits are; QuotaRules are parallel to them.
+	Quotas     []quota.Quota
+	QuotaRules []*Rule
 }
 
 // Key returns what the directory knows of an API key.
@@ -458,6 +470,30 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		spec int
 	}
 	var enforced, shadow, orgEnforced, orgShadow []pick
+	type qpick struct {
+		q    quota.Quota
+		r    *Rule
+		spec int
+	}
+	var quotas []qpick
+	mergeQuotas := func(c *compiled) {
+		spec := 2 * specificity(c.rule.Scope, c.rule.Match)
+		if !c.expires.IsZero() {
+			spec++
+		}
+	next:
+		for _, q := range c.quotas {
+			for i := range quotas {
+				if quotas[i].q.Name == q.Name {
+					if spec > quotas[i].spec {
+						quotas[i] = qpick{q, c.rule, spec}
+					}
+					continue next
+				}
+			}
+			quotas = append(quotas, qpick{q, c.rule, spec})
+		}
+	}
 	merge := func(into *[]pick, c *compiled) {
 		// Within one scope, a rule with an expiry is a temporary override of
 		// the permanent one, so it wins the tie.
@@ -488,6 +524,7 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 			if !c.expires.IsZero() && (until.IsZero() || c.expires.Before(until)) {
 				until = c.expires
 			}
+			mergeQuotas(c)
 			switch org := c.rule.Scope == ScopeOrg; {
 			case org && c.shadow:
 				merge(&orgShadow, c)
@@ -508,6 +545,10 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	for _, p := range append(shadow, orgShadow...) {
 		res.Shadow = append(res.Shadow, p.l)
 		res.ShadowRules = append(res.ShadowRules, p.r)
+	}
+	for _, p := range quotas {
+		res.Quotas = append(res.Quotas, p.q)
+		res.QuotaRules = append(res.QuotaRules, p.r)
 	}
 	res.OrgLimits, res.OrgShadow = len(orgEnforced), len(orgShadow)
 	if res.OrgLimits+res.OrgShadow == 0 {
