@@ -84,6 +84,7 @@ func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) De
 	var es [4]*entry
 	list := es[:0]
 	d := Decision{Allowed: true, Index: -1}
+	unknown := false
 	for i := range quotas {
 		q := &quotas[i]
 		id, _, end := q.Window(now)
@@ -95,7 +96,10 @@ func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) De
 		}
 		e.count = q.Count
 		if !e.known {
-			return Decision{Unknown: true, Index: i}
+			// Every counter of the request is made, so that one read
+			// settles them all.
+			unknown = true
+			continue
 		}
 		list = append(list, e)
 		rem := Remaining(e.count, e.shared+e.pending+e.inflight+cost)
@@ -108,6 +112,9 @@ func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) De
 		if d.Allowed && (d.Index < 0 || rem < d.Remaining) {
 			d.Index, d.Remaining, d.ResetAfter = i, rem, e.expire.Sub(now)
 		}
+	}
+	if unknown {
+		return Decision{Unknown: true, Index: -1}
 	}
 	if !d.Allowed {
 		return d
