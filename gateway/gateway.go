@@ -179,6 +179,14 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			WriteError(w, err)
 			return
 		}
+		// A concurrency slot is held until the response ends: success,
+		// upstream error, client gone or panic (gateway/concurrency.go).
+		slot, err := l.hold(w, r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		defer slot.Release()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
@@ -71,6 +72,10 @@ type Config struct {
 	// Quota configures the batched counting of daily and monthly quotas
 	// (package quota; Pipeline.Quotas). Its zero Fleet means Fleet.
 	Quota quota.Config
+	// Inflight configures concurrency limits (package inflight;
+	// Pipeline.Slots): set its Timeout to the gateway's request timeout.
+	// Its zero Fleet means Fleet.
+	Inflight inflight.Config
 	// Logger receives the layers' events. Nil discards.
 	Logger *slog.Logger
 	// Registerer receives the layers' metrics. Nil registers none.
@@ -85,6 +90,7 @@ type Pipeline struct {
 	redis   *redisstore.Store // nil in process
 	guard   *guard.Store      // nil in process
 	quotas  *quota.Batcher
+	slots   *inflight.Slots
 	fleet   limit.Fleet // the fleet every layer was given, census included
 	closers []func()    // innermost last
 }
@@ -103,6 +109,10 @@ func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 	p, err := newStack(ctx, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if err := p.startSlots(cfg); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	if err := p.startQuotas(cfg); err != nil {
 		p.Close()

@@ -143,11 +143,15 @@ type Rule struct {
 	Limits []Limit `json:"limits" yaml:"limits"`
 	// Quotas are daily and monthly counts, counted in batches (package
 	// quota); a rule may have quotas and no limits.
-	Quotas    []Quota   `json:"quotas,omitempty" yaml:"quotas,omitempty"`
-	Mode      Mode      `json:"mode,omitempty" yaml:"mode,omitempty"`
-	FailMode  FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
-	ExpiresAt time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`
-	Reason    string    `json:"reason,omitempty" yaml:"reason,omitempty"`
+	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty"`
+	// Concurrency is the most requests of one key (or client address) in
+	// flight at once, across the fleet (package inflight); zero means no
+	// such limit. The most specific rule that sets it wins.
+	Concurrency int64     `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
+	Mode        Mode      `json:"mode,omitempty" yaml:"mode,omitempty"`
+	FailMode    FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
+	ExpiresAt   time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`
+	Reason      string    `json:"reason,omitempty" yaml:"reason,omitempty"`
 }
 
 // KeyInfo is what the key directory knows of one API key.

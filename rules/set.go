@@ -36,6 +36,7 @@ type Set struct {
 	byMatch map[matchKey][]compiled
 	ip      []compiled
 	hasOrg  bool // some rule has scope org
+	hasConc bool // some rule sets a concurrency limit
 	// resolved caches Resolve's answers by resolveKey (*resolved values).
 	// It holds at most one entry per plan and endpoint, per key with key
 	// rules, and for requests without a key: bounded by the rules.
@@ -206,6 +207,7 @@ func Compile(doc Document, version int64) (*Set, error) {
 			}
 		}
 		s.hasOrg = s.hasOrg || r.Scope == ScopeOrg
+		s.hasConc = s.hasConc || r.Concurrency > 0
 		if r.Scope == ScopeIP {
 			s.ip = append(s.ip, c)
 		} else {
@@ -305,8 +307,16 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	default:
 		return fe("fail_mode", "%q is not open or closed", r.FailMode)
 	}
-	if len(r.Limits) == 0 && len(r.Quotas) == 0 {
-		return fe("limits", "a rule needs at least one limit or quota")
+	if len(r.Limits) == 0 && len(r.Quotas) == 0 && r.Concurrency == 0 {
+		return fe("limits", "a rule needs at least one limit, a quota or a concurrency")
+	}
+	switch {
+	case r.Concurrency < 0:
+		return fe("concurrency", "%d is negative", r.Concurrency)
+	case r.Concurrency > 0 && r.Mode == Shadow:
+		return fe("concurrency", "a shadow rule has no concurrency limit yet")
+	case r.Concurrency > 0 && r.Scope == ScopeOrg:
+		return fe("concurrency", "an org rule has no concurrency limit yet: give the keys' rules one")
 	}
 	if len(r.Quotas) > 0 && r.Mode == Shadow {
 		return fe("quotas", "a shadow rule has no quotas yet")
@@ -376,7 +386,15 @@ type Resolution struct {
 	// merged by name as limits are; QuotaRules are parallel to them.
 	Quotas     []quota.Quota
 	QuotaRules []*Rule
+	// Concurrency is the most requests of this caller in flight at once
+	// (package inflight), from ConcurrencyRule; zero means none.
+	Concurrency     int64
+	ConcurrencyRule *Rule
 }
+
+// HasConcurrency reports whether any rule of s sets a concurrency limit,
+// so that a gateway skips the lookup otherwise.
+func (s *Set) HasConcurrency() bool { return s.hasConc }
 
 // Key returns what the directory knows of an API key.
 func (s *Set) Key(apiKey string) (KeyInfo, bool) {
@@ -476,6 +494,7 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		spec int
 	}
 	var quotas []qpick
+	concSpec := -1
 	mergeQuotas := func(c *compiled) {
 		spec := 2 * specificity(c.rule.Scope, c.rule.Match)
 		if !c.expires.IsZero() {
@@ -525,6 +544,15 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 				until = c.expires
 			}
 			mergeQuotas(c)
+			if cc := c.rule.Concurrency; cc > 0 {
+				spec := 2 * specificity(c.rule.Scope, c.rule.Match)
+				if !c.expires.IsZero() {
+					spec++
+				}
+				if spec > concSpec {
+					concSpec, res.Concurrency, res.ConcurrencyRule = spec, cc, c.rule
+				}
+			}
 			switch org := c.rule.Scope == ScopeOrg; {
 			case org && c.shadow:
 				merge(&orgShadow, c)

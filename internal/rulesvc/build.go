@@ -143,7 +143,7 @@ func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
 	return eps, nil
 }
 
-const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas"
+const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas, concurrency"
 
 // readRules reads the rules a WHERE clause selects, in ID order, and which
 // of them are emergency overrides.
@@ -179,7 +179,7 @@ func scanRule(row pgx.Row, extra ...any) (rules.Rule, bool, error) {
 		mode, failMode string
 		override       bool
 	)
-	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override, &quotas}, extra...)
+	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override, &quotas, &r.Concurrency}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return r, false, err
 	}
