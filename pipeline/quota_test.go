@@ -17,7 +17,7 @@ import (
 
 // commandCalls returns how many times the servers ran each of cmds
 // (INFO commandstats), summed.
-func commandCalls(t *testing.T, nodes []*redistest.Server, cmds ...string) int64 {
+func commandCalls(t testing.TB, nodes []*redistest.Server, cmds ...string) int64 {
 	t.Helper()
 	var n int64
 	for _, s := range nodes {
