@@ -38,9 +38,9 @@ rules:
 // gateway's slot lasts.
 const slotLife = 3 * time.Second
 
-func concPipeline(t *testing.T, addr string) *pipeline.Pipeline {
+func concPipeline(t *testing.T, addrs ...string) *pipeline.Pipeline {
 	t.Helper()
-	p, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{addr}},
+	p, err := pipeline.New(t.Context(), pipeline.Config{Redis: redisstore.Config{Addrs: addrs},
 		Fleet: limit.Fleet{Gateways: 3}, Guard: guard.Config{Timeout: time.Second}, Inflight: inflight.Config{Timeout: slotLife}})
 	if err != nil {
 		t.Fatal(err)
@@ -49,10 +49,10 @@ func concPipeline(t *testing.T, addr string) *pipeline.Pipeline {
 	return p
 }
 
-// inFlight reads the key's slot set in Redis.
-func inFlight(t *testing.T, srv *redistest.Server, p *pipeline.Pipeline) int64 {
+// inFlight reads the key's slot set in Redis, on the node srv gives.
+func inFlight(t *testing.T, srv func() *redistest.Server, p *pipeline.Pipeline) int64 {
 	t.Helper()
-	v, err := srv.Do(t.Context(), "ZCARD", p.Redis().SlotsKey("k:key_c"))
+	v, err := srv().Do(t.Context(), "ZCARD", p.Redis().SlotsKey("k:key_c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +72,29 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("%s: not within 10 s", what)
 }
 
-// TestConcurrencySlots runs three gateways over one Redis with a limit of
-// 2 in flight per key: a third request is refused as a concurrency limit
-// at any gateway, and the slots come back when responses end in success,
-// upstream error, client disconnect and panic.
+// TestConcurrencySlots runs three gateways over one Redis, standalone and a
+// 3-primary cluster, with a limit of 2 in flight per key: a third request
+// is refused as a concurrency limit at any gateway, and the slots come
+// back when responses end in success, upstream error, client disconnect
+// and panic.
 func TestConcurrencySlots(t *testing.T) {
-	srv := redistest.Standalone(t)
+	t.Run("standalone", func(t *testing.T) {
+		s := redistest.Standalone(t)
+		testConcurrencySlots(t, []string{s.Addr()}, func() *redistest.Server { return s })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, 3, 0)
+		testConcurrencySlots(t, c.Addrs(), func() *redistest.Server {
+			n, err := c.NodeForKey(t.Context(), "sluice:{k:key_c}:c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		})
+	})
+}
+
+func testConcurrencySlots(t *testing.T, addrs []string, srv func() *redistest.Server) {
 	set, err := rules.Parse("conc.yaml", []byte(concRules))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +118,7 @@ func TestConcurrencySlots(t *testing.T) {
 	var pipes []*pipeline.Pipeline
 	var urls []string
 	for range 3 {
-		p := concPipeline(t, srv.Addr())
+		p := concPipeline(t, addrs...)
 		l, err := gateway.New(gateway.Config{Store: p, Rules: gateway.StaticRules(set)})
 		if err != nil {
 			t.Fatal(err)
