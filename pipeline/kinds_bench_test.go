@@ -20,14 +20,19 @@ import (
 // commands each decision cost:
 //
 //   - token-bucket: a key's one limit (leases on), the baseline
+//
 //   - token-bucket-no-leases: the same, one script call per decision
+//
 //   - org: the key's limit and its org's, one call under the org's tag
+//
 //   - quota-batched: a daily quota counted in batches (flush every 2 s)
+//
 //   - window-1d: the same daily count as a per: 1d fixed window limit,
 //     checked in Redis per request (the way before quotas)
+//
 //   - concurrency: a slot taken and released (two calls)
 //
-//	go test -run '^$' -bench Kinds -benchtime 2s ./pipeline
+//     go test -run '^$' -bench Kinds -benchtime 2s ./pipeline
 func BenchmarkKinds(b *testing.B) {
 	srv := redistest.Standalone(b)
 	cfg := pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: 1}}
