@@ -29,7 +29,7 @@ func (l *Limiter) hold(w http.ResponseWriter, r *http.Request) (inflight.Slot, e
 	if set == nil || !set.HasConcurrency() {
 		return inflight.Slot{}, nil
 	}
-	src, ok := l.store.(slotSource)
+	src, ok := storeAs[slotSource](l.store)
 	if !ok || src.Slots() == nil {
 		return inflight.Slot{}, nil
 	}
@@ -67,4 +67,22 @@ func (l *Limiter) hold(w http.ResponseWriter, r *http.Request) (inflight.Slot, e
 			d.Limit, d.InFlight),
 		Limit: "concurrency", ViolatedPolicies: []string{"concurrency"}, RetryAfterMillis: wait,
 	}}
+}
+
+// storeAs finds in the store, or a store it wraps (an Unwrap method, as
+// tracing.Store has), the first that is a T: a pipeline's quotas and slots
+// sit beside limit.Store, and a wrapper must not hide them.
+func storeAs[T any](s limit.Store) (T, bool) {
+	for range 8 {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+		u, ok := s.(interface{ Unwrap() limit.Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
+	var zero T
+	return zero, false
 }

@@ -24,7 +24,7 @@ func (l *Limiter) takeQuotas(w http.ResponseWriter, cl call, res *rules.Resoluti
 	if len(res.Quotas) == 0 || cl.caller.apiKey == "" {
 		return nil
 	}
-	src, ok := l.store.(quotaSource)
+	src, ok := storeAs[quotaSource](l.store)
 	if !ok || src.Quotas() == nil {
 		return nil
 	}
