@@ -95,9 +95,10 @@ func (b *Batcher) run() {
 
 // Take decides a request of cost tokens of key against quotas. A counter
 // this process has not heard of in the current period is read first, in
-// one call, so a gateway that starts late in the day knows what is used.
-// The error is the Adder's, when that read failed: the caller fails open
-// or closed as the rule says.
+// one call, so a gateway that starts late in the day knows what is used;
+// when that read fails, the counter is counted at this gateway's share of
+// the quota until a flush reaches the store. The error is not nil only
+// when a period ended twice during the call.
 func (b *Batcher) Take(ctx context.Context, key string, quotas []Quota, cost int64) (Decision, error) {
 	for range 2 {
 		now := b.cfg.Now()
@@ -115,7 +116,9 @@ func (b *Batcher) Take(ctx context.Context, key string, quotas []Quota, cost int
 		cancel()
 		b.core.Settle(adds, totals, err)
 		if err != nil {
-			return Decision{}, fmt.Errorf("quota: read %s's counters: %w", key, err)
+			// Counted at this gateway's share from now on (Counter.Settle),
+			// so an outage costs one timeout per key, not one a request.
+			b.cfg.Logger.Warn("quota counters not read; counting this gateway's share until Redis answers", "err", err)
 		}
 	}
 	return Decision{}, fmt.Errorf("quota: %s's counters changed period twice while read", key)
@@ -152,11 +155,22 @@ func (b *Batcher) Close() {
 }
 
 // Memory is an in-process Adder: the shared counters of a single process
-// (the in-process pipeline), or of tests. The zero value is ready; it is
-// safe for concurrent use.
+// (the in-process pipeline), or of tests. A counter is dropped after its
+// Add's ExpireAt, read on Now. The zero value is ready, reading time.Now;
+// it is safe for concurrent use.
 type Memory struct {
+	// Now reads the clock for expiry. Nil means time.Now.
+	Now func() time.Time
+
 	mu     sync.Mutex
-	counts map[[2]string]int64 // guarded by mu
+	counts map[[2]string]memCount // guarded by mu
+	adds   int                    // guarded by mu: since the last sweep
+}
+
+// memCount is one Memory counter.
+type memCount struct {
+	n      int64
+	expire time.Time // zero: never
 }
 
 // AddCounts implements Adder.
@@ -164,13 +178,32 @@ func (m *Memory) AddCounts(_ context.Context, adds []Add) ([]int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.counts == nil {
-		m.counts = map[[2]string]int64{}
+		m.counts = map[[2]string]memCount{}
+	}
+	if m.adds += len(adds); m.adds >= 1024 {
+		// Sweep now and then, so that a long-running process keeps only
+		// the counters of current periods.
+		m.adds = 0
+		now := time.Now()
+		if m.Now != nil {
+			now = m.Now()
+		}
+		for k, c := range m.counts {
+			if !c.expire.IsZero() && now.After(c.expire) {
+				delete(m.counts, k)
+			}
+		}
 	}
 	out := make([]int64, len(adds))
 	for i, a := range adds {
 		k := [2]string{a.Key, a.Counter}
-		m.counts[k] += a.Delta
-		out[i] = m.counts[k]
+		c := m.counts[k]
+		c.n += a.Delta
+		if !a.ExpireAt.IsZero() {
+			c.expire = a.ExpireAt
+		}
+		m.counts[k] = c
+		out[i] = c.n
 	}
 	return out, nil
 }

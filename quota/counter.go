@@ -24,6 +24,7 @@ type counterKey struct{ key, counter string }
 type entry struct {
 	count     int64     // the quota's Count
 	known     bool      // shared has been heard from the shared store
+	degraded  bool      // not known, and the read failed: counted at this gateway's share
 	shared    int64     // the fleet's total at the last settle, ours included
 	pending   int64     // admitted here since the last Pending
 	inflight  int64     // handed to a flush not yet settled
@@ -46,7 +47,9 @@ type Decision struct {
 	Allowed bool
 	// Unknown reports that a quota's counter has not been heard from the
 	// shared store in this process: the caller reads it (Add with a
-	// delta of 0, then Settle) and asks again. Allowed is false.
+	// delta of 0, then Settle) and asks again. Allowed is false. After a
+	// failed read the counter is counted at this gateway's share of the
+	// whole quota instead, until a flush reaches the store.
 	Unknown bool
 	// Index is the quota the fields below describe: the one that refused,
 	// or when allowed the one with the least left.
@@ -95,7 +98,7 @@ func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) De
 			c.entries[k] = e
 		}
 		e.count = q.Count
-		if !e.known {
+		if !e.known && !e.degraded {
 			// Every counter of the request is made, so that one read
 			// settles them all.
 			unknown = true
@@ -167,9 +170,14 @@ func (c *Counter) Settle(adds []Add, totals []int64, err error) {
 		e.inflight -= a.Delta
 		if err != nil || i >= len(totals) {
 			e.pending += a.Delta
+			if !e.known && !e.degraded {
+				// Never heard: admit this gateway's share of the whole
+				// quota until a flush reaches the store.
+				e.degraded, e.allowance = true, (e.count+n-1)/n-e.pending
+			}
 			continue
 		}
-		e.known = true
+		e.known, e.degraded = true, false
 		e.shared = totals[i]
 		r := Remaining(e.count, e.shared+e.inflight)
 		e.allowance = (r+n-1)/n - e.pending

@@ -2,9 +2,11 @@ package quota_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/quota"
 )
 
@@ -141,4 +143,59 @@ func TestOverBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failing is an Adder whose calls fail until up: a Redis outage, injected.
+type failing struct {
+	up     bool
+	shared quota.Memory
+}
+
+func (f *failing) AddCounts(ctx context.Context, adds []quota.Add) ([]int64, error) {
+	if !f.up {
+		return nil, errors.New("connection refused")
+	}
+	return f.shared.AddCounts(ctx, adds)
+}
+
+// TestOutageShare checks a gateway that cannot read a counter: it admits
+// its share of the quota (10 of 30 in a fleet of 3), and its counts reach
+// the store once it answers.
+func TestOutageShare(t *testing.T) {
+	a := &failing{}
+	b, err := quota.New(a, quota.Config{Interval: time.Hour, Fleet: limit.Fleet{Gateways: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	qs := []quota.Quota{{Name: "d", Count: 30, Period: quota.Day}}
+	admitted := 0
+	for range 20 {
+		d, err := b.Take(t.Context(), "k:a", qs, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("in the outage: admitted %d, want this gateway's share, 10", admitted)
+	}
+	if err := b.Flush(t.Context()); err == nil {
+		t.Fatal("flush in the outage: no error")
+	}
+	a.up = true
+	if err := b.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := a.shared.AddCounts(t.Context(), []quota.Add{{Key: "k:a", Counter: counterOf(qs[0])}})
+	if got[0] != 10 {
+		t.Errorf("after the outage: store holds %d, want the 10 admitted", got[0])
+	}
+}
+
+func counterOf(q quota.Quota) string {
+	id, _, _ := q.Window(time.Now())
+	return q.CounterName(id)
 }
