@@ -79,8 +79,10 @@ type Config struct {
 type Event struct {
 	// Request is the request being limited.
 	Request *http.Request
-	// Key is the store key: "k:" and the API key, or "ip:" and the client
-	// address; shadow limits are under the same key.
+	// Key is the caller's store key: "k:" and the API key, or "ip:" and
+	// the client address; shadow limits are under the same key. A request
+	// org rules apply to is taken under its org's key
+	// (rules.Resolution.StoreKey), but reported under the caller's.
 	Key string
 	// Endpoint is the matched endpoint's name, empty when none matched.
 	Endpoint string
@@ -321,7 +323,7 @@ func (l *Limiter) take(cl call, req *limit.Request, res *rules.Resolution) (limi
 		err = fmt.Errorf("store answered for limit %d of %d", d.Index, n)
 	}
 	if l.onDecision != nil && len(res.Limits) > 0 {
-		l.onDecision(Event{Request: cl.r, Key: req.Key, Endpoint: cl.endpoint, Limits: res.Limits,
+		l.onDecision(Event{Request: cl.r, Key: cl.caller.key, Endpoint: cl.endpoint, Limits: res.Limits,
 			Rules: res.Rules, Cost: req.EffectiveCost(), Decision: d, Err: err, Duration: took,
 			Source: src, RulesVersion: cl.version})
 	}
