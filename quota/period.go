@@ -21,7 +21,8 @@
 //	N-1 + (the fleet's admissions of the key in one interval)
 //
 // which, for a key sending r requests a second across the fleet and a batch
-// interval of I, is N-1 + r × I, and never more than the quota once more.
+// interval of I, is N-1 + r × I. A gateway that cannot reach the store
+// admits its share of the whole quota, ceil(Count/N), until it can.
 // docs/limit-kinds.md states it with figures; the tests measure it.
 package quota
 
