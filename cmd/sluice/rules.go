@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/rulesvc"
+	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -27,6 +28,7 @@ const (
 // rulesOptions are the rules service's command-line flags.
 type rulesOptions struct {
 	cfg        rulesvc.Config
+	redis      redisstore.Config // the gateways' Redis, for GET /admin/v1/usage
 	listen     string
 	tokensFile string
 	runFlags
@@ -72,8 +74,13 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.IntVar(&c.Canary.MinGateways, "canary-min-gateways", 3, "distinct gateways, canaries and the rest together, that must report before refusal rates are compared")
 	fs.Float64Var(&c.MaxGatewayRate, "max-gateway-rate", 100_000, "most requests a second one gateway can decide: a report claiming more since the gateway's previous one is refused")
 	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
+	redis := addRedisFlags(fs)
 	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
-	err := parseFlags(fs, args)
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	var err error
+	o.redis, err = redis.Config(os.Getenv)
 	return o, err
 }
 
@@ -128,6 +135,16 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 
+	// With the gateways' Redis, /admin/v1/usage reads their quota counts.
+	if rc := o.redis; len(rc.Addrs) > 0 {
+		rc.Logger = logger
+		rs, err := redisstore.New(ctx, rc)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		o.cfg.Counts = rs
+	}
 	svc, err := rulesvc.New(ctx, o.cfg)
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ var Layers = [][]string{
 	{"limit", "internal/keyhash", "internal/striped", "internal/longpoll", "internal/process",
 		"internal/rulesapi", "internal/redistest", "internal/pgtest", "internal/proctest", "internal/otlptest"},
 	// 1: stores and the rules model, each over limit alone.
-	{"memstore", "redisstore", "rules", "limit/limittest"},
+	{"memstore", "redisstore", "rules", "limit/limittest", "quota", "inflight"},
 	// 2: layers that wrap any store, and what reads the rules model.
 	{"lease", "guard", "share", "tracing", "admin", "internal/capacity", "internal/balancer"},
 	// 3: the production stack, and the services' cores and clients.

@@ -102,6 +102,10 @@ type Config struct {
 	// ReportRetention is how long gateways' reports are kept. Zero means
 	// 7 days.
 	ReportRetention time.Duration
+	// Counts reads the gateways' quota counters for GET
+	// /admin/v1/usage/{key} (a redisstore.Store on the gateways' Redis).
+	// Nil answers that endpoint with 501.
+	Counts CountReader
 	// Registerer receives the service's metrics. Nil means none.
 	Registerer prometheus.Registerer
 	// Logger receives the service's log. Nil means slog.Default().
