@@ -248,6 +248,19 @@ descriptors:
 	if got := resp.GetStatuses()[1].GetLimitRemaining(); got != 9 {
 		t.Errorf("big after a refused request: got %d remaining, want 9 (its hit given back)", got)
 	}
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_rls_given_back_total" {
+			given = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if given != 1 {
+		t.Errorf("sluice_rls_given_back_total: got %v, want 1", given)
+	}
 }
 
 // spreadValue returns a descriptor value under which keys' descriptors

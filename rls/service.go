@@ -355,8 +355,14 @@ func (s *Service) giveBack(ctx context.Context, domain string, g calls) {
 		}
 		c.given = true
 	})
-	if len(back) > 0 {
-		s.metrics.givenBack(len(back))
+	given := 0
+	for _, c := range back {
+		if c.given {
+			given++
+		}
+	}
+	if given > 0 {
+		s.metrics.givenBack(given)
 	}
 }
 
