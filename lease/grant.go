@@ -66,3 +66,26 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 	g, err := s.Lease(ctx, req, want)
 	return g.Granted, g.Decision, err
 }
+
+// Held reports how many keys the store holds an entry for and the leased
+// tokens they hold, unspent and unexpired: what a relay loses, under the
+// limit, if it stops. It locks each entry in turn: for metrics, not the
+// request path.
+func (s *Store) Held() (entries int, tokens int64) {
+	now := s.now().UnixMilli()
+	stripes := s.shards.Stripes()
+	for i := range stripes {
+		st := &stripes[i]
+		st.Lock()
+		entries += len(st.M)
+		for _, e := range st.M {
+			e.mu.Lock()
+			if now < e.b.expires {
+				tokens += e.b.tokens
+			}
+			e.mu.Unlock()
+		}
+		st.Unlock()
+	}
+	return entries, tokens
+}

@@ -52,6 +52,10 @@ type Config struct {
 	Lease lease.Config
 	// NoLeases checks every request in Redis: no leases, no refusal cache.
 	NoLeases bool
+	// Relay, with URLs, leases through this data centre's relays rather
+	// than from Redis (docs/relay.md), and from Redis directly while none
+	// answers. Its zero value leases from Redis.
+	Relay Relay
 	// Fleet is how many gateways share the limits, given to the guard and
 	// the leases alike. Zero (neither Gateways nor Count) means counted
 	// through Redis: each gateway writes an entry to one shared log (key
@@ -80,6 +84,7 @@ type Pipeline struct {
 	shares  *share.Store      // nil without Config.Shares
 	redis   *redisstore.Store // nil in process
 	guard   *guard.Store      // nil in process
+	lease   *lease.Store      // nil in process or without leases
 	closers []func()          // innermost last
 }
 
@@ -154,16 +159,18 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	}
 	p.guard = g
 	p.top, p.closers = g, append([]func(){g.Close}, p.closers...)
-	if cfg.NoLeases {
-		return p, nil
+	inner, err := p.relayOver(g, cfg, log)
+	if err != nil || cfg.NoLeases {
+		return p, err
 	}
 	lc := cfg.Lease
 	lc.Fleet, lc.Logger, lc.Registerer = cfg.Fleet, cmp.Or(lc.Logger, log), cmp.Or(lc.Registerer, cfg.Registerer)
-	l, err := lease.New(g, lc)
+	l, err := lease.New(inner, lc)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
+	p.lease = l
 	p.top, p.closers = l, append([]func(){l.Close}, p.closers...)
 	return p, nil
 }
