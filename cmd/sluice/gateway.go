@@ -152,7 +152,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
 	pcfg.Fleet.Count = fleetSize(src, regionOf(opts))
-	relayWiring(&pcfg.Relay, gatewayName(opts))
+	if err := relayWiring(&pcfg.Relay, gatewayName(opts), len(opts.Redis.Addrs) > 0); err != nil {
+		return err
+	}
 	if pcfg.Shares, err = shareConfig(opts); err != nil {
 		return err
 	}

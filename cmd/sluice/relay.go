@@ -116,13 +116,18 @@ func addRelayFlag(fs *flag.FlagSet, r *pipeline.Relay) {
 
 // relayWiring completes r for a gateway called name: the relays' token,
 // and the relay it tries first, by a hash of its name, so that a data
-// centre's gateways spread over its relays.
-func relayWiring(r *pipeline.Relay, name string) {
+// centre's gateways spread over its relays. A relay needs Redis: the
+// gateway's path while no relay answers.
+func relayWiring(r *pipeline.Relay, name string, redis bool) error {
 	if len(r.URLs) == 0 {
-		return
+		return nil
+	}
+	if !redis {
+		return fmt.Errorf("--relay needs --redis: gateways lease from Redis directly while no relay answers")
 	}
 	r.Token = os.Getenv(envRelayToken)
 	h := fnv.New32a()
 	h.Write([]byte(name))
 	r.Prefer = int(h.Sum32() % uint32(len(r.URLs)))
+	return nil
 }
