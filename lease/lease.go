@@ -64,6 +64,13 @@ type Config struct {
 	// Idle is how long a key's entry is kept after its last request. Zero
 	// means 5s.
 	Idle time.Duration
+	// WaitForRefill makes a request the lease cannot serve wait for a
+	// batch already on its way in the background, under its own context,
+	// rather than call the shared store for itself. A relay sets it: its
+	// gateways' calls for one busy key arrive by the hundred at once, and
+	// would each reach Redis while a refill is out. A gateway leaves it
+	// off: its refills are bounded by the guard alone.
+	WaitForRefill bool
 	// Now returns the current time. Nil means time.Now.
 	Now func() time.Time
 	// Logger receives background refill failures at debug level. Nil
@@ -84,6 +91,7 @@ type Store struct {
 	ttl       int64 // ms
 	idle      int64 // ms
 	window    int64 // ms: the demand window, the lookahead
+	waitFill  bool  // Config.WaitForRefill
 	now       func() time.Time
 	log       *slog.Logger
 	metrics   *metrics
@@ -134,6 +142,7 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 	}
 	s.window = s.lookahead.Milliseconds()
 	s.leaser, _ = inner.(Leaser)
+	s.waitFill = cfg.WaitForRefill
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -208,7 +217,7 @@ func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit
 		if served {
 			s.metrics.served(d.Source, m.dropped)
 			if m.refill {
-				s.refill(e, req, m.size)
+				s.refill(e, req, m.size, m.asking)
 			}
 			return d, took{m.got, m.until}, nil
 		}
@@ -269,6 +278,10 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 		d = b.leased(now)
 		m.refill = m.size > 1 && 2*b.tokens < m.size && !b.fetching
 		b.fetching = b.fetching || m.refill
+		if m.refill && s.waitFill && b.asking == nil {
+			m.asking = make(chan struct{})
+			b.asking = m.asking
+		}
 		m.dropped = b.takeDropped()
 		d.Source = limit.FromLease
 		return d, nil, true
@@ -281,24 +294,30 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 		d.Source = limit.FromRefusalCache
 		return d, nil, true
 	}
-	if b.asking != nil && b.lastRefused {
+	if b.asking != nil {
+		// A batch a request is fetching, or the answer for a refused key,
+		// is on its way: wait for it (under the request's own deadline)
+		// and read the book again, rather than each miss calling. A
+		// background refill is not waited for: nothing bounds it but the
+		// guard, and is waited for only with WaitForRefill.
 		return d, b.asking, false
-	}
-	if b.lastRefused {
-		m.asking = make(chan struct{})
-		b.asking = m.asking
 	}
 	// Ask the shared store, with the few leased tokens left (fewer than the
 	// cost) set aside for this request. Only one batch per key is in
-	// flight; meanwhile other misses take exactly what they need.
+	// flight; while a background refill is, other misses take exactly
+	// what they need.
 	m.reserved, m.reservedUntil = b.tokens, b.expires
 	b.tokens = 0
 	m.need = m.cost - m.reserved
 	m.want = max(m.need, m.upTo-m.reserved)
 	m.fetch = m.size > 1 && !b.fetching
 	if m.fetch {
-		m.want = max(m.need, m.size)
+		m.want = max(m.want, m.size)
 		b.fetching = true
+	}
+	if b.lastRefused || m.fetch {
+		m.asking = make(chan struct{})
+		b.asking = m.asking
 	}
 	m.dropped = b.takeDropped()
 	return d, nil, false
@@ -449,12 +468,21 @@ func shared(src limit.Source) bool {
 
 // refill fetches the next batch for e in the background, off the request
 // path. e.b.fetching is already set; the refill clears it.
-func (s *Store) refill(e *entry, req *limit.Request, want int64) {
+func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}) {
+	// done clears the refill's flags and wakes its waiters (WaitForRefill);
+	// under e.mu.
+	done := func() {
+		e.b.fetching = false
+		if asking != nil {
+			close(asking)
+			e.b.asking = nil
+		}
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		e.mu.Lock()
-		e.b.fetching = false
+		done()
 		e.mu.Unlock()
 		return
 	}
@@ -473,7 +501,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64) {
 		now := s.now().UnixMilli()
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		e.b.fetching = false
+		done()
 		switch {
 		case err != nil, !shared(d.Source):
 			// A token from the local fallback is one request's answer, not

@@ -54,6 +54,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	o.lease.WaitForRefill = true
 	redisCfg, err := redis.Config(os.Getenv)
 	switch {
 	case err != nil:

@@ -37,14 +37,16 @@ type RelayConfig struct {
 	// HotShare is the share of requests for the one busy key; zero means
 	// 0.5.
 	HotShare float64
-	// Hot is the busy key's limit; zero means 1,000 a second, bursts of
-	// 1,000: with 2,000 gateways each one's share of 100 ms of it rounds
+	// Hot is the busy key's limit; zero means 100 a second, bursts of
+	// 100: with 2,000 gateways each one's share of 100 ms of it rounds
 	// to a batch of 1, as 100,000 a second does over 30,000 gateways.
 	Hot limit.Limit
 	// Quiet is each quiet key's limit; zero means 100 a second.
 	Quiet limit.Limit
-	// Workers is how many goroutines send requests, as fast as they are
-	// answered; zero means 64.
+	// Rate is the requests a second offered, in both modes alike; zero
+	// means 3,000. A mode that cannot keep up sends fewer (Requests says).
+	Rate float64
+	// Workers is how many goroutines send requests; zero means 64.
 	Workers int
 	// Duration is how long each mode runs; zero means 3 s.
 	Duration time.Duration
@@ -56,11 +58,12 @@ func (c *RelayConfig) defaults() {
 	c.QuietKeys = cmp.Or(c.QuietKeys, 10_000)
 	c.HotShare = cmp.Or(c.HotShare, 0.5)
 	if c.Hot.Count == 0 {
-		c.Hot = limit.Limit{Name: "s", Count: 1000, Period: time.Second, Burst: 1000}
+		c.Hot = limit.Limit{Name: "s", Count: 100, Period: time.Second, Burst: 100}
 	}
 	if c.Quiet.Count == 0 {
 		c.Quiet = limit.Limit{Name: "s", Count: 100, Period: time.Second}
 	}
+	c.Rate = cmp.Or(c.Rate, 3000)
 	c.Workers = cmp.Or(c.Workers, 64)
 	c.Duration = cmp.Or(c.Duration, 3*time.Second)
 }
@@ -80,16 +83,30 @@ type RelayResult struct {
 	// RedisCalls counts the calls that reached the guarded Redis store,
 	// from gateways and relays alike.
 	RedisCalls int64
+	// HotCalls are the Redis calls for the busy key alone.
+	HotCalls int64
+	// DirectCalls are the gateways' calls to Redis directly because no
+	// relay answered (relay mode).
+	DirectCalls int64
 	// GatewayBatch and RelayBatch are the busy key's lease batch for one
 	// gateway leasing from Redis and for one relay.
 	GatewayBatch, RelayBatch int64
 }
 
 // CallsPerRequest is Redis calls a decision.
-func (r RelayResult) CallsPerRequest() float64 { return float64(r.RedisCalls) / float64(max(r.Requests, 1)) }
+func (r RelayResult) CallsPerRequest() float64 {
+	return float64(r.RedisCalls) / float64(max(r.Requests, 1))
+}
+
+// HotCallsPerRequest is the busy key's Redis calls per request for it.
+func (r RelayResult) HotCallsPerRequest() float64 {
+	return float64(r.HotCalls) / float64(max(r.HotRequests, 1))
+}
 
 // HotMultiple is how many times its limit the busy key was asked.
-func (r RelayResult) HotMultiple() float64 { return float64(r.HotRequests) / float64(max(r.HotAllowed, 1)) }
+func (r RelayResult) HotMultiple() float64 {
+	return float64(r.HotRequests) / float64(max(r.HotAllowed, 1))
+}
 
 // RelayScale runs cfg's traffic twice, leasing from Redis directly and
 // then through relays, and returns both modes' figures.
@@ -113,7 +130,8 @@ func RelayScale(ctx context.Context, cfg RelayConfig) ([]RelayResult, error) {
 	defer g.Close()
 	var out []RelayResult
 	for _, mode := range []string{"direct", "relay"} {
-		r, err := relayMode(ctx, cfg, &countingGranter{Granter: g}, mode)
+		hot := "k:relay-bench-hot-" + mode + "-" + fmt.Sprint(time.Now().UnixNano())
+		r, err := relayMode(ctx, cfg, &countingGranter{Granter: g, hot: hot}, mode)
 		if err != nil {
 			return out, fmt.Errorf("bench: relay run, mode %s: %w", mode, err)
 		}
@@ -122,19 +140,27 @@ func RelayScale(ctx context.Context, cfg RelayConfig) ([]RelayResult, error) {
 	return out, nil
 }
 
-// countingGranter counts the calls that pass it.
+// countingGranter counts the calls that pass it, and those for hot.
 type countingGranter struct {
 	limit.Granter
-	n atomic.Int64
+	hot     string // set before a mode starts, read while it runs
+	n, hotN atomic.Int64
+}
+
+func (c *countingGranter) count(req *limit.Request) {
+	c.n.Add(1)
+	if req.Key == c.hot {
+		c.hotN.Add(1)
+	}
 }
 
 func (c *countingGranter) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	c.n.Add(1)
+	c.count(req)
 	return c.Granter.Take(ctx, req)
 }
 
 func (c *countingGranter) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
-	c.n.Add(1)
+	c.count(req)
 	return c.Granter.TakeUpTo(ctx, req, want)
 }
 
@@ -162,8 +188,10 @@ func relayMode(ctx context.Context, cfg RelayConfig, redis *countingGranter, mod
 			}
 			urls[i], closers = u, append(closers, stop)
 		}
+		direct := &countingGranter{Granter: redis, hot: redis.hot}
+		defer func() { res.DirectCalls = direct.n.Load() }()
 		for i := range inner {
-			c, err := relay.NewClient(relay.ClientConfig{URLs: []string{urls[i%len(urls)]}, Direct: redis, HTTPClient: hc, Conns: 1,
+			c, err := relay.NewClient(relay.ClientConfig{URLs: []string{urls[i%len(urls)]}, Direct: direct, HTTPClient: hc, Conns: 1,
 				Timeout: time.Second})
 			if err != nil {
 				return res, err
@@ -181,7 +209,7 @@ func relayMode(ctx context.Context, cfg RelayConfig, redis *countingGranter, mod
 	}
 	res.GatewayBatch = max(1, int64(float64(cfg.Hot.Count)/cfg.Hot.Period.Seconds()/10/float64(cfg.Gateways)))
 	res.RelayBatch = max(1, int64(float64(cfg.Hot.Count)/cfg.Hot.Period.Seconds()/10/float64(cfg.Relays)))
-	hotKey := "k:relay-bench-hot-" + mode + "-" + fmt.Sprint(time.Now().UnixNano())
+	hotKey := redis.hot
 	quietPrefix := "k:relay-bench-quiet-" + mode + "-" + fmt.Sprint(time.Now().UnixNano()) + "-"
 	var hotN, hotOK, quietN, quietOK, errs atomic.Int64
 	before := redis.n.Load()
@@ -193,7 +221,19 @@ func relayMode(ctx context.Context, cfg RelayConfig, redis *countingGranter, mod
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w)+1, 24))
 			hot := &limit.Request{Key: hotKey, Limits: []limit.Limit{cfg.Hot}}
+			every := time.Duration(float64(cfg.Workers) / cfg.Rate * float64(time.Second))
+			next := time.Now()
 			for runCtx.Err() == nil {
+				// Paced: the same offered rate in both modes; a worker
+				// behind its schedule sends at once.
+				next = next.Add(every)
+				if d := time.Until(next); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-runCtx.Done():
+						return
+					}
+				}
 				gw := gws[rng.IntN(len(gws))]
 				req, n, ok := hot, &hotN, &hotOK
 				if rng.Float64() >= cfg.HotShare {
@@ -220,14 +260,14 @@ func relayMode(ctx context.Context, cfg RelayConfig, redis *countingGranter, mod
 	res.QuietRequests, res.QuietAdmitted = quietN.Load(), quietOK.Load()
 	res.Requests, res.Errors = res.HotRequests+res.QuietRequests, errs.Load()
 	res.HotAllowed = cfg.Hot.EffectiveBurst() + int64(float64(cfg.Hot.Count)*elapsed.Seconds()/cfg.Hot.Period.Seconds())
-	res.RedisCalls = redis.n.Load() - before
+	res.RedisCalls, res.HotCalls = redis.n.Load()-before, redis.hotN.Load()
 	return res, nil
 }
 
 // serveRelay serves a relay over inner on loopback, leasing its share of
 // relays, and returns its URL and how to stop it.
 func serveRelay(inner limit.Granter, relays int) (string, func(), error) {
-	ls, err := lease.New(inner, lease.Config{Fleet: limit.Fleet{Gateways: relays}})
+	ls, err := lease.New(inner, lease.Config{Fleet: limit.Fleet{Gateways: relays}, WaitForRefill: true})
 	if err != nil {
 		return "", nil, err
 	}

@@ -30,7 +30,7 @@ func TestRelayScale(t *testing.T) {
 		if r.Requests == 0 || r.RedisCalls == 0 {
 			t.Errorf("%s: %d requests, %d Redis calls: the run did nothing", r.Mode, r.Requests, r.RedisCalls)
 		}
-		t.Logf("%s: %d requests, %.3f Redis calls a request, busy key %d admitted of %d allowed (asked %.1fx)",
-			r.Mode, r.Requests, r.CallsPerRequest(), r.HotAdmitted, r.HotAllowed, r.HotMultiple())
+		t.Logf("%s: direct %d, hot calls %d, %d requests, %.3f Redis calls a request, busy key %d admitted of %d allowed (asked %.1fx)",
+			r.Mode, r.DirectCalls, r.HotCalls, r.Requests, r.CallsPerRequest(), r.HotAdmitted, r.HotAllowed, r.HotMultiple())
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/internal/relay"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -34,7 +35,7 @@ type relayProc struct {
 func startRelay(t *testing.T, redisAddr, addr string, relays int) *relayProc {
 	t.Helper()
 	p, err := pipeline.New(context.Background(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{redisAddr}},
-		Fleet: limit.Fleet{Gateways: relays}})
+		Fleet: limit.Fleet{Gateways: relays}, Lease: lease.Config{WaitForRefill: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
