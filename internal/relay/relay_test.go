@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/internal/relay"
 	"github.com/sluice-rl/sluice/lease"
@@ -73,10 +76,11 @@ func (r *relayProc) kill() {
 
 func (r *relayProc) url() string { return "http://" + r.addr }
 
-// newGateway returns a gateway's decision stack leasing through urls.
-func newGateway(t *testing.T, redisAddr string, gateways int, urls ...string) *pipeline.Pipeline {
+// newGateway returns a gateway's decision stack leasing through urls,
+// its metrics in reg (nil: none).
+func newGateway(t *testing.T, redisAddr string, gateways int, reg prometheus.Registerer, urls ...string) *pipeline.Pipeline {
 	t.Helper()
-	p, err := pipeline.New(context.Background(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{redisAddr}},
+	p, err := pipeline.New(context.Background(), pipeline.Config{Redis: redisstore.Config{Addrs: []string{redisAddr}}, Registerer: reg,
 		Fleet: limit.Fleet{Gateways: gateways}, Relay: pipeline.Relay{URLs: urls, Token: token, Retry: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +160,7 @@ func TestTwoRelaysNeverOverOnAHotKey(t *testing.T) {
 		if i%2 == 1 {
 			urls = []string{b.url(), a.url()}
 		}
-		gws = append(gws, newGateway(t, srv.Addr(), 8, urls...))
+		gws = append(gws, newGateway(t, srv.Addr(), 8, nil, urls...))
 	}
 	stop := make(chan struct{})
 	start := time.Now()
@@ -181,20 +185,32 @@ func TestRelayKilledUnderLoad(t *testing.T) {
 	a := startRelay(t, srv.Addr(), "127.0.0.1:0", 2)
 	b := startRelay(t, srv.Addr(), "127.0.0.1:0", 2)
 	var gws []*pipeline.Pipeline
+	regA := prometheus.NewRegistry() // gw0's: one of relay a's gateways
 	for i := range 6 {
-		u := a.url()
+		u, reg := a.url(), prometheus.Registerer(nil)
 		if i%2 == 1 {
 			u = b.url()
 		}
-		gws = append(gws, newGateway(t, srv.Addr(), 6, u))
+		if i == 0 {
+			reg = regA
+		}
+		gws = append(gws, newGateway(t, srv.Addr(), 6, reg, u))
+	}
+	via := func(how string) float64 {
+		return counterValue(t, regA, "sluice_relay_client_takes_total", "via", how)
 	}
 	held := func(r *relayProc) int64 { _, n := r.p.Lease().Held(); return n }
 	stop := make(chan struct{})
 	start := time.Now()
 	wait := load(gws, "k:hot-killed", 24, stop)
 	time.Sleep(500 * time.Millisecond)
+	beforeKill := via("direct")
 	a.kill()
 	time.Sleep(700 * time.Millisecond)
+	if got := via("direct") - beforeKill; got == 0 {
+		t.Error("relay a's gateway made no call to Redis directly while a was down")
+	}
+	relayBefore := via("relay")
 	restarted := startRelay(t, srv.Addr(), a.addr, 2)
 	// Back within the client's retry (100ms); give it several.
 	deadline := time.Now().Add(5 * time.Second)
@@ -202,6 +218,12 @@ func TestRelayKilledUnderLoad(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	took := held(restarted) > 0
+	for via("relay") == relayBefore && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if via("relay") == relayBefore {
+		t.Error("relay a's gateway did not lease through it again once it was back")
+	}
 	close(stop)
 	checkLoad(t, wait, start)
 	if !took {
@@ -260,4 +282,33 @@ func manyTakes(n int) string {
 		s += fmt.Sprintf(`{"key":"k:%d","limits":[{"name":"s","count":10,"period_ms":1000}]}`, i)
 	}
 	return s + "]}"
+}
+
+// counterValue returns the counter name{label=value} gathered from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabel(m, label, value) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }
