@@ -113,6 +113,8 @@ func addRelayFlag(fs *flag.FlagSet, r *pipeline.Relay) {
 		}
 		return nil
 	})
+	fs.DurationVar(&r.Timeout, "relay-timeout", 50*time.Millisecond, "with --relay: how long a relay may take to answer before its takes go to the next relay, or to Redis directly "+
+		"(a take it granted meanwhile is lost: under the limit, never over)")
 }
 
 // relayWiring completes r for a gateway called name: the relays' token,
