@@ -113,7 +113,7 @@ func addRelayFlag(fs *flag.FlagSet, r *pipeline.Relay) {
 		}
 		return nil
 	})
-	fs.DurationVar(&r.Timeout, "relay-timeout", 50*time.Millisecond, "with --relay: how long a relay may take to answer before its takes go to the next relay, or to Redis directly "+
+	fs.DurationVar(&r.Timeout, "relay-timeout", 0, "with --relay: how long a relay may take to answer before its takes go to the next relay, or to Redis directly; 0 means 50ms "+
 		"(a take it granted meanwhile is lost: under the limit, never over)")
 }
 
