@@ -11,6 +11,9 @@
 //	                 too busy to read Redis's answers in time
 //	redisstore.Store one script per call on the key's node
 //
+// With Config.Relay, the lease store draws from the data centre's relays
+// (internal/relay, docs/relay.md) and from the guard while none answers.
+//
 // Without Redis it is the in-process memstore alone: exact for one process,
 // with nothing to guard or lease. Every Decision says which layer answered
 // (limit.Source).
