@@ -184,6 +184,9 @@ func (c *Client) Lease(ctx context.Context, req *limit.Request, want int64) (lea
 		return r.g.lease()
 	case <-ctx.Done():
 		return lease.Grant{}, fmt.Errorf("relay: %w", ctx.Err())
+	case <-c.ctx.Done():
+		// Closed with the call queued: no sender will take it.
+		return c.fromDirect(ctx, req, want)
 	}
 }
 
