@@ -56,7 +56,7 @@ func newServerMetrics(reg prometheus.Registerer, held func() (int, int64)) (*ser
 	return m, nil
 }
 
-func (m *serverMetrics) done(code int, _ time.Duration) {
+func (m *serverMetrics) done(code int) {
 	if m != nil {
 		m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
 	}

@@ -86,9 +86,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // LeaseResponse, 401 without the token, 400 for a request beyond the
 // protocol's bounds, 413 for a body larger than MaxBodyBytes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
 	code, err := s.serve(w, r)
-	s.m.done(code, time.Since(start))
+	s.m.done(code)
 	if err != nil {
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "relay request refused", slog.Int("status", code), slog.Any("error", err))
 		if code == http.StatusUnauthorized {
