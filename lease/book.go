@@ -32,9 +32,10 @@ type book struct {
 	dropped   int64 // tokens dropped at expiry, not yet counted by metrics
 }
 
-// seen counts a request at now and returns the key's demand here: the
-// requests in the busier of the current and the previous window of size ms.
-func (b *book) seen(now, size int64) int64 {
+// seen counts a request of weight (1 a request; a relay's caller, the
+// tokens it asks for) at now and returns the key's demand here: the weight
+// in the busier of the current and the previous window of size ms.
+func (b *book) seen(now, size, weight int64) int64 {
 	w := now - now%size
 	switch {
 	case w == b.window:
@@ -44,7 +45,7 @@ func (b *book) seen(now, size int64) int64 {
 		b.prev, b.cur = 0, 0
 	}
 	b.window = w
-	b.cur++
+	b.cur += weight
 	b.lastUsed = now
 	return max(b.cur, b.prev)
 }
@@ -67,20 +68,29 @@ func (b *book) takeDropped() int64 {
 
 // spend takes cost leased tokens, if held.
 func (b *book) spend(now, cost int64) bool {
-	b.expire(now)
-	if b.tokens < cost {
-		return false
-	}
-	b.tokens -= cost
-	return true
+	return b.spendUpTo(now, cost, cost) > 0
 }
 
-// add puts granted tokens in the lease, renewing it for ttl.
-func (b *book) add(now, granted, ttl int64, d limit.Decision) {
+// spendUpTo takes at least cost and at most upTo leased tokens, as many as
+// are held, and returns how many it took: 0 when fewer than cost are held.
+func (b *book) spendUpTo(now, cost, upTo int64) int64 {
+	b.expire(now)
+	if b.tokens < cost {
+		return 0
+	}
+	n := min(b.tokens, max(upTo, cost))
+	b.tokens -= n
+	return n
+}
+
+// add puts granted tokens in the lease, renewing it until the given
+// time: every held token is then spendable until then, as the new batch
+// is (an earlier time only drops tokens sooner, which errs under).
+func (b *book) add(now, granted, until int64, d limit.Decision) {
 	b.lastRefused = false
 	b.expire(now)
 	b.tokens += granted
-	b.expires = now + ttl
+	b.expires = until
 	b.last, b.lastAt = d, now
 }
 

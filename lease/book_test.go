@@ -23,7 +23,7 @@ func TestBookDemand(t *testing.T) {
 			var b book
 			var got int64
 			for _, at := range tc.times {
-				got = b.seen(1_000_000+at, 100)
+				got = b.seen(1_000_000+at, 100, 1)
 			}
 			if got != tc.want {
 				t.Errorf("got demand %d, want %d", got, tc.want)
@@ -57,11 +57,11 @@ func TestBookLease(t *testing.T) {
 			}
 		}
 	}
-	b.add(1500, 3, 1000, limit.Decision{Allowed: true})
+	b.add(1500, 3, 2500, limit.Decision{Allowed: true})
 	if !b.spend(2499, 3) || b.spend(2499, 1) {
 		t.Error("renewed lease of 3: want exactly 3 spendable before it expires")
 	}
-	b.add(3000, 4, 1000, limit.Decision{Allowed: true})
+	b.add(3000, 4, 4000, limit.Decision{Allowed: true})
 	if b.spend(4000, 1) {
 		t.Error("a lease is spendable at its expiry, want expired tokens dropped")
 	}

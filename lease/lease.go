@@ -64,6 +64,13 @@ type Config struct {
 	// Idle is how long a key's entry is kept after its last request. Zero
 	// means 5s.
 	Idle time.Duration
+	// WaitForRefill makes a request the lease cannot serve wait for a
+	// batch already on its way in the background, under its own context,
+	// rather than call the shared store for itself. A relay sets it: its
+	// gateways' calls for one busy key arrive by the hundred at once, and
+	// would each reach Redis while a refill is out. A gateway leaves it
+	// off: its refills are bounded by the guard alone.
+	WaitForRefill bool
 	// Now returns the current time. Nil means time.Now.
 	Now func() time.Time
 	// Logger receives background refill failures at debug level. Nil
@@ -78,11 +85,13 @@ type Config struct {
 // refill leases in the background; Close stops them.
 type Store struct {
 	inner     limit.Granter
+	leaser    Leaser // inner, when its grants carry their own lifetime
 	fleet     limit.Fleet
 	lookahead time.Duration
 	ttl       int64 // ms
 	idle      int64 // ms
 	window    int64 // ms: the demand window, the lookahead
+	waitFill  bool  // Config.WaitForRefill
 	now       func() time.Time
 	log       *slog.Logger
 	metrics   *metrics
@@ -132,6 +141,8 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 		demand: make([]slot, demandSlots),
 	}
 	s.window = s.lookahead.Milliseconds()
+	s.leaser, _ = inner.(Leaser)
+	s.waitFill = cfg.WaitForRefill
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -175,32 +186,44 @@ func (s *Store) Close() {
 // grant plus the tokens this gateway still holds: the best it knows without
 // asking.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
+	d, _, err := s.take(ctx, req, req.EffectiveCost())
+	return d, err
+}
+
+// took is what a request took: n tokens, spendable until the time until
+// (Unix ms); until 0 means for the TTL from the call's start.
+type took struct{ n, until int64 }
+
+// take answers req, taking at least its cost and at most upTo tokens,
+// and reports what it took: Take's path, and Lease's.
+func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit.Decision, took, error) {
 	now := s.now().UnixMilli()
 	h := s.shards.Hash(req.Key)
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
 	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
-		return s.takeQuiet(ctx, req, h, sl)
+		return s.takeQuiet(ctx, req, h, sl, upTo)
 	}
 	if req.HasShadow() {
 		// A token spent from memory would say nothing of the shadow
 		// limits, which must see every request: checked in the shared
 		// store, in the same call as the enforced ones.
-		return s.inner.Take(ctx, req)
+		return s.direct(ctx, req, upTo)
 	}
 	e := s.entry(req, h, sl, now, cur, prev)
-	m := miss{cost: req.EffectiveCost(), batch: s.batch(req)}
+	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req)}
 	for {
 		d, wait, served := s.fromMemory(e, now, &m)
 		if served {
 			s.metrics.served(d.Source, m.dropped)
 			if m.refill {
-				s.refill(e, req, m.size)
+				s.refill(e, req, m.size, m.asking)
 			}
-			return d, nil
+			return d, took{m.got, m.until}, nil
 		}
 		if wait == nil {
-			return s.ask(ctx, e, req, &m)
+			d, err := s.ask(ctx, e, req, &m)
+			return d, took{m.got, m.until}, err
 		}
 		// A key the shared store refused last has one call in flight per
 		// gateway: later requests wait for its answer and read it from the
@@ -209,7 +232,7 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return limit.Decision{}, fmt.Errorf("lease: %w", ctx.Err())
+			return limit.Decision{}, took{}, fmt.Errorf("lease: %w", ctx.Err())
 		}
 		now = s.now().UnixMilli()
 	}
@@ -220,6 +243,8 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // makes to the shared store.
 type miss struct {
 	cost, batch int64
+	upTo        int64 // the most tokens the caller takes (Lease), at least cost
+	got, until  int64 // the tokens it took and their expiry (Unix ms, 0: the TTL)
 	size        int64 // the batch this key's demand here earns; 0 until counted
 	refill      bool  // a token was spent and the next batch is to be fetched
 
@@ -240,12 +265,23 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	defer e.mu.Unlock()
 	b := &e.b
 	if m.size == 0 {
-		m.size = min(m.batch, b.seen(now, s.window))
+		// A relay's caller asking for a batch counts as the tokens it
+		// asks for: the key is as busy as the sum of its gateways' batches.
+		weight := int64(1)
+		if m.upTo > m.cost {
+			weight = m.upTo
+		}
+		m.size = min(m.batch, b.seen(now, s.window, weight))
 	}
-	if b.spend(now, m.cost) {
+	if m.got = b.spendUpTo(now, m.cost, m.upTo); m.got > 0 {
+		m.until = b.expires
 		d = b.leased(now)
 		m.refill = m.size > 1 && 2*b.tokens < m.size && !b.fetching
 		b.fetching = b.fetching || m.refill
+		if m.refill && s.waitFill && b.asking == nil {
+			m.asking = make(chan struct{})
+			b.asking = m.asking
+		}
 		m.dropped = b.takeDropped()
 		d.Source = limit.FromLease
 		return d, nil, true
@@ -258,24 +294,30 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 		d.Source = limit.FromRefusalCache
 		return d, nil, true
 	}
-	if b.asking != nil && b.lastRefused {
+	if b.asking != nil {
+		// A batch a request is fetching, or the answer for a refused key,
+		// is on its way: wait for it (under the request's own deadline)
+		// and read the book again, rather than each miss calling. A
+		// background refill is not waited for: nothing bounds it but the
+		// guard, and is waited for only with WaitForRefill.
 		return d, b.asking, false
-	}
-	if b.lastRefused {
-		m.asking = make(chan struct{})
-		b.asking = m.asking
 	}
 	// Ask the shared store, with the few leased tokens left (fewer than the
 	// cost) set aside for this request. Only one batch per key is in
-	// flight; meanwhile other misses take exactly what they need.
+	// flight; while a background refill is, other misses take exactly
+	// what they need.
 	m.reserved, m.reservedUntil = b.tokens, b.expires
 	b.tokens = 0
 	m.need = m.cost - m.reserved
-	m.want = m.need
+	m.want = max(m.need, m.upTo-m.reserved)
 	m.fetch = m.size > 1 && !b.fetching
 	if m.fetch {
-		m.want = max(m.need, m.size)
+		m.want = max(m.want, m.size)
 		b.fetching = true
+	}
+	if b.lastRefused || m.fetch {
+		m.asking = make(chan struct{})
+		b.asking = m.asking
 	}
 	m.dropped = b.takeDropped()
 	return d, nil, false
@@ -289,9 +331,25 @@ func (s *Store) ask(ctx context.Context, e *entry, req *limit.Request, m *miss) 
 	var a *answer // nil while the call has not returned
 	defer func() { d, err = s.settle(e, req, m, a) }()
 	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits}
-	granted, d, err := s.inner.TakeUpTo(ctx, &one, m.want)
-	a = &answer{granted, d, err}
+	granted, d, until, err := s.grant(ctx, &one, m.want)
+	a = &answer{granted, d, err, until}
 	return d, err
+}
+
+// grant takes up to want tokens from the inner store, through Lease when
+// the inner store bounds its grants' lifetime, and reports when the
+// granted tokens expire (Unix ms): the TTL from now, or sooner when the
+// inner store's lease ends sooner. Its lifetime is counted from before
+// the call, so a lease held here never outlives the one it came from.
+func (s *Store) grant(ctx context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, until int64, err error) {
+	if s.leaser == nil {
+		granted, d, err = s.inner.TakeUpTo(ctx, req, want)
+		return granted, d, s.now().UnixMilli() + s.ttl, err
+	}
+	start := s.now().UnixMilli()
+	g, err := s.leaser.Lease(ctx, req, want)
+	until = min(s.now().UnixMilli()+s.ttl, start+g.TTL.Milliseconds())
+	return g.Granted, g.Decision, until, err
 }
 
 // answer is the shared store's answer to a miss's call.
@@ -299,6 +357,7 @@ type answer struct {
 	granted int64
 	d       limit.Decision
 	err     error
+	until   int64 // when the granted tokens expire, Unix ms
 }
 
 // settle ends m's call: it clears the flight's flags and wakes its waiters
@@ -336,8 +395,13 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 		return a.d, a.err
 	}
 	b.lastRefused = false
-	if extra := m.reserved + a.granted - m.cost; extra > 0 {
-		b.add(now, extra, s.ttl, a.d)
+	m.got = min(max(m.upTo, m.cost), m.reserved+a.granted)
+	m.until = a.until
+	if m.reserved > 0 {
+		m.until = min(m.until, m.reservedUntil)
+	}
+	if extra := m.reserved + a.granted - m.got; extra > 0 {
+		b.add(now, extra, a.until, a.d)
 		a.d.Remaining += extra
 	} else {
 		b.last, b.lastAt = a.d, now
@@ -348,18 +412,33 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 // takeQuiet answers a request for a quiet key with nothing remembered:
 // the shared store's own answer, as a batch of one would be, with no entry
 // made unless the answer is a refusal to remember.
-func (s *Store) takeQuiet(ctx context.Context, req *limit.Request, h uint64, sl *slot) (limit.Decision, error) {
+func (s *Store) takeQuiet(ctx context.Context, req *limit.Request, h uint64, sl *slot, upTo int64) (limit.Decision, took, error) {
 	s.metrics.asked(false, 0)
-	d, err := s.inner.Take(ctx, req)
+	d, tk, err := s.direct(ctx, req, upTo)
 	if err != nil || d.Allowed || !shared(d.Source) {
-		return d, err
+		return d, tk, err
 	}
 	now := s.now().UnixMilli()
 	e := s.entry(req, h, sl, now, 1, 0)
 	e.mu.Lock()
 	e.b.deny(now, req.EffectiveCost(), s.ttl, d, 0)
 	e.mu.Unlock()
-	return d, nil
+	return d, tk, nil
+}
+
+// direct passes req to the inner store, as it is: a Take for the cost,
+// or a grant of up to upTo tokens.
+func (s *Store) direct(ctx context.Context, req *limit.Request, upTo int64) (limit.Decision, took, error) {
+	cost := req.EffectiveCost()
+	if upTo <= cost {
+		d, err := s.inner.Take(ctx, req)
+		if err != nil || !d.Allowed {
+			return d, took{}, err
+		}
+		return d, took{n: cost}, nil
+	}
+	granted, d, until, err := s.grant(ctx, req, upTo)
+	return d, took{granted, until}, err
 }
 
 // holdFor is how much longer than its retry time a refusal of a request of
@@ -389,12 +468,21 @@ func shared(src limit.Source) bool {
 
 // refill fetches the next batch for e in the background, off the request
 // path. e.b.fetching is already set; the refill clears it.
-func (s *Store) refill(e *entry, req *limit.Request, want int64) {
+func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}) {
+	// done clears the refill's flags and wakes its waiters (WaitForRefill);
+	// under e.mu.
+	done := func() {
+		e.b.fetching = false
+		if asking != nil {
+			close(asking)
+			e.b.asking = nil
+		}
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		e.mu.Lock()
-		e.b.fetching = false
+		done()
 		e.mu.Unlock()
 		return
 	}
@@ -405,7 +493,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64) {
 	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits)}
 	go func() {
 		defer s.wg.Done()
-		granted, d, err := s.inner.TakeUpTo(s.ctx, &r, want)
+		granted, d, until, err := s.grant(s.ctx, &r, want)
 		if err != nil {
 			// Spend what is left; the blocking path and the guard take over.
 			s.log.LogAttrs(s.ctx, slog.LevelDebug, "lease refill failed", slog.Any("error", err))
@@ -413,13 +501,13 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64) {
 		now := s.now().UnixMilli()
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		e.b.fetching = false
+		done()
 		switch {
 		case err != nil, !shared(d.Source):
 			// A token from the local fallback is one request's answer, not
 			// a lease: dropping it errs under the limit, as leases do.
 		case granted > 0:
-			e.b.add(now, granted, s.ttl, d)
+			e.b.add(now, granted, until, d)
 		default:
 			e.b.deny(now, 1, s.ttl, d, holdFor(&r, d, want, 1))
 		}

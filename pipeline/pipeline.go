@@ -11,6 +11,9 @@
 //	                 too busy to read Redis's answers in time
 //	redisstore.Store one script per call on the key's node
 //
+// With Config.Relay, the lease store draws from the data centre's relays
+// (internal/relay, docs/relay.md) and from the guard while none answers.
+//
 // Without Redis it is the in-process memstore alone: exact for one process,
 // with nothing to guard or lease. Every Decision says which layer answered
 // (limit.Source).
@@ -54,6 +57,10 @@ type Config struct {
 	Lease lease.Config
 	// NoLeases checks every request in Redis: no leases, no refusal cache.
 	NoLeases bool
+	// Relay, with URLs, leases through this data centre's relays rather
+	// than from Redis (docs/relay.md), and from Redis directly while none
+	// answers. Its zero value leases from Redis.
+	Relay Relay
 	// Fleet is how many gateways share the limits, given to the guard and
 	// the leases alike. Zero (neither Gateways nor Count) means counted
 	// through Redis: each gateway writes an entry to one shared log (key
@@ -91,8 +98,9 @@ type Pipeline struct {
 	guard   *guard.Store      // nil in process
 	quotas  *quota.Batcher
 	slots   *inflight.Slots
-	fleet   limit.Fleet // the fleet every layer was given, census included
-	closers []func()    // innermost last
+	lease   *lease.Store // nil in process or without leases
+	fleet   limit.Fleet  // the fleet every layer was given, census included
+	closers []func()     // innermost last
 }
 
 var _ limit.Store = (*Pipeline)(nil)
@@ -178,16 +186,18 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	}
 	p.guard = g
 	p.top, p.closers = g, append([]func(){g.Close}, p.closers...)
-	if cfg.NoLeases {
-		return p, nil
+	inner, err := p.relayOver(g, cfg, log)
+	if err != nil || cfg.NoLeases {
+		return p, err
 	}
 	lc := cfg.Lease
 	lc.Fleet, lc.Logger, lc.Registerer = cfg.Fleet, cmp.Or(lc.Logger, log), cmp.Or(lc.Registerer, cfg.Registerer)
-	l, err := lease.New(g, lc)
+	l, err := lease.New(inner, lc)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
+	p.lease = l
 	p.top, p.closers = l, append([]func(){l.Close}, p.closers...)
 	return p, nil
 }

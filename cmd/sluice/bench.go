@@ -42,6 +42,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	at := fs.String("at", "", "with --overhead: pair `rates` a second, comma-separated, instead of half the capacity and the capacity")
 	fleet := fs.Bool("fleet", false, "run the fleet scenarios: --gateways virtual gateways (0 means 4) in this process, each with its own stack and Redis connections, fed round-robin; "+
 		"each mode runs each scenario for --duration; writes a summary, --json and --html (see docs/benchmarks.md, Fleet bench)")
+	relayRun := fs.Bool("relay", false, "run the relay bench (issue 24): --gateways virtual gateways (0 means 2000) leasing from Redis directly, then through --relays relays on loopback, "+
+		"on one busy key and many quiet ones; needs --local or --redis")
+	relays := fs.Int("relays", 2, "with --relay: relays serving the virtual gateways")
+	relayRate := fs.Float64("relay-rate", 3000, "with --relay: requests a `rate` a second offered in both modes, half of them for the busy key (100 a second)")
 	var fo fleetOptions
 	fs.StringVar(&fo.scenarios, "scenario", "all", "with --fleet: scenarios to run, comma-separated: steady, hot, storm, pause, outage, regions, lower, or all")
 	fs.StringVar(&fo.modes, "modes", "all", "with --fleet: modes compared on the same traffic, comma-separated: per-request, leases, leases+cache, or all")
@@ -62,6 +66,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	redisCfg, err := redis.Config(os.Getenv)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
+	}
+	if *relayRun {
+		return runBenchRelay(ctx, benchRelayOptions{redis: redisCfg.Addrs, local: fo.local, allowRemote: fo.allowRemote,
+			gateways: pcfg.Fleet.Gateways, relays: *relays, rate: *relayRate, workers: *concurrency, duration: *duration}, stdout)
 	}
 	if *fleet {
 		if !(fo.offered > 0) {

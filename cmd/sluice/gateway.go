@@ -84,6 +84,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.DurationVar(&opts.ReadTimeout, "read-timeout", opts.ReadTimeout, "how long a client may take to send a whole request, body included; 0 for no bound")
 	addRunFlags(fs, &opts.runFlags, defaultShutdownTimeout, "--metrics-listen")
 	addPipelineFlags(fs, &opts.Pipeline)
+	addRelayFlag(fs, &opts.Pipeline.Relay)
 	registerShareFlags(fs, &opts.Shares)
 	if err := parseFlags(fs, args); err != nil {
 		return opts, err
@@ -157,6 +158,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
 	pcfg.Redis.Wrap = tracer.redis
 	pcfg.Fleet.Count = fleetSize(src, regionOf(opts))
+	if err := relayWiring(&pcfg.Relay, gatewayName(opts), len(opts.Redis.Addrs) > 0); err != nil {
+		return err
+	}
 	if pcfg.Shares, err = shareConfig(opts); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@
 //	sluice rules apply -f FILE  apply a rules file to a running rules service
 //	sluice rls [flags]       serve Envoy's rate limit service
 //	sluice balancer [flags]  run the quota balancer between regions
+//	sluice relay [flags]     run a data centre's lease relay
 //	sluice bench [flags]     measure decision latency and throughput
 //	sluice check FILE        validate a rules file or an Envoy configuration
 //	sluice plan [flags]      size a deployment from traffic figures
@@ -51,6 +52,7 @@ func commands() []command {
 		{"rules", "run the rules service: rules in PostgreSQL, versioned snapshots pushed to gateways; rules apply -f FILE applies a file", runRulesCommand},
 		{"rls", "serve Envoy's rate limit service (gRPC) from envoyproxy/ratelimit's configuration", runRLS},
 		{"balancer", "run the quota balancer: each region's share of global limits follows its traffic", runBalancer},
+		{"relay", "run a lease relay: a data centre's gateways lease tokens from it instead of Redis", runRelay},
 		{"bench", "measure decision latency and throughput of a store or a running gateway", runBench},
 		{"check", "validate a rules file or an Envoy rate limit configuration without starting anything", runCheck},
 		{"plan", "size a deployment from traffic figures", func(_ context.Context, args []string, stdout, stderr io.Writer) error {

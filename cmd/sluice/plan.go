@@ -43,6 +43,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&in.BytesPerLogEntry, "bytes-per-log-entry", capacity.BytesPerLogEntry, "Redis memory of one sliding-log entry (measured, docs/algorithms.md)")
 	fs.Float64Var(&in.BytesPerCall, "bytes-per-call", 250, "bytes of one script call, request and reply")
 	fs.Float64Var(&in.BusyKeyRPS, "busy-key-rps", 100_000, "the busiest key's limit, a second")
+	fs.Float64Var(&in.DataCentres, "data-centres", 3, "data centres the gateways run in, each with its own lease relays (sluice relay)")
+	fs.Float64Var(&in.RelayRPS, "relay-rps", 100_000, "lease calls a second one relay answers (an assumption; sluice bench --relay measures one in-process)")
 	measure := fs.Bool("measure", false, "measure --scripts-per-shard and --gateway-rps on this machine by a short bounded run (and the retry storm's cost with the refusal cache), "+
 		"against a redis-server started here, or --redis")
 	measureFor := fs.Duration("measure-duration", time.Second, "with --measure: how long each of its three measurements runs")
@@ -113,6 +115,17 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	row("redis traffic", bytesString(p.Bandwidth)+"/s", "not a design driver")
 	row("lease batch", fmt.Sprintf("%d tokens", p.LeaseBatch), fmt.Sprintf("the busiest key costs its shard %.0f calls/s instead of %.0f", p.BusyKeyCalls, p.Inputs.BusyKeyRPS))
 	row("busiest key's shard", fmt.Sprintf("%.1f%% of one shard", 100*p.BusyKeyLoad), "with leases; a key lives on one shard, so more shards do not spread it")
+	r := p.Relay
+	if len(p.Breaks) > 0 {
+		row("without relays", "breaks", strings.Join(p.Breaks, "; "))
+	} else {
+		row("without relays", "holds", "leasing from Redis directly keeps the busiest key within its shard")
+	}
+	row("relays", fmt.Sprintf("%d a data centre, %d in all", r.PerDC, r.Total),
+		fmt.Sprintf("sluice relay --relays %d; at %.0f lease calls/s a relay, at least 2 a data centre for availability", r.Total, p.Inputs.RelayRPS))
+	row("relay batch", fmt.Sprintf("%d tokens", r.Batch),
+		fmt.Sprintf("the busiest key costs its shard %.0f calls/s (%.1f%% of it) through the relays, instead of %.0f", r.BusyKeyCalls, 100*r.BusyKeyLoad, p.BusyKeyCalls))
+	row("calls per shard", fmt.Sprintf("%.0f/s", r.CallsPerShard), "on average, with or without relays: quiet keys pass through them one call each")
 	storm := "model: each gateway asks about every 100 ms while refused, plus the admitted batches"
 	if measured != nil {
 		storm = fmt.Sprintf("measured here: %.4f calls a request with the cache, %.3f without", measured.StormCallsPerRequestCached, measured.StormCallsPerRequest)

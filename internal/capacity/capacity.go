@@ -55,6 +55,31 @@ type Inputs struct {
 	// model: each gateway asks about once per lease lookahead (100 ms)
 	// while the key is refused, plus the batches its limit admits.
 	StormCachedShare float64
+	// DataCentres is how many data centres the gateways run in, each with
+	// its own relays; zero means 3.
+	DataCentres float64
+	// RelayRPS is the lease calls a second one relay answers (from
+	// memory for busy keys, a pass-through for quiet ones); zero means
+	// 100,000. An assumption to replace with a figure measured on your
+	// hardware (sluice bench --relay measures one in-process).
+	RelayRPS float64
+}
+
+// RelayPlan is what leasing through relays (sluice relay) changes.
+type RelayPlan struct {
+	// PerDC is the relays a data centre needs: enough for its share of the
+	// lease calls, and at least 2 for availability. Total is over every
+	// data centre: each relay leases 1/Total of a batch.
+	PerDC, Total int
+	// Batch is the batch one relay leases for the busiest key: its share
+	// of 100 ms of the limit.
+	Batch int
+	// BusyKeyCalls is the busiest key's Redis calls a second through the
+	// relays; BusyKeyLoad is that as a share of one shard.
+	BusyKeyCalls, BusyKeyLoad float64
+	// CallsPerShard is the Redis calls a second an average shard runs:
+	// quiet keys pass through the relays one call each, as before.
+	CallsPerShard float64
 }
 
 // Plan is what the inputs imply.
@@ -84,6 +109,11 @@ type Plan struct {
 	// retry storm at StormFactor times the busiest key's limit costs
 	// without the refusal cache (every retry asks) and with it.
 	StormCalls, StormCallsCached float64
+	// Relay is the plan with a relay per group of gateways.
+	Relay RelayPlan
+	// Breaks lists what fails without relays at these figures: empty when
+	// leasing from Redis directly holds.
+	Breaks []string
 	// MemoryByAlgorithm is the Redis memory of every key's limits under
 	// each algorithm; the sliding log counts LimitPerMinute entries a key.
 	MemoryByAlgorithm map[limit.Algorithm]float64
@@ -121,6 +151,8 @@ func Compute(in Inputs) (Plan, error) {
 	}
 	in.BytesPerCall = orDefault(in.BytesPerCall, 250)
 	in.BusyKeyRPS = orDefault(in.BusyKeyRPS, 100_000)
+	in.DataCentres = orDefault(in.DataCentres, 3)
+	in.RelayRPS = orDefault(in.RelayRPS, 100_000)
 	for _, f := range []struct {
 		name string
 		v    float64
@@ -129,6 +161,7 @@ func Compute(in Inputs) (Plan, error) {
 		{"active-keys", in.ActiveKeys}, {"rules-per-key", in.RulesPerKey}, {"bytes-per-bucket", in.BytesPerBucket},
 		{"limit-per-minute", in.LimitPerMinute}, {"bytes-per-log-entry", in.BytesPerLogEntry},
 		{"bytes-per-call", in.BytesPerCall}, {"busy-key-rps", in.BusyKeyRPS},
+		{"data-centres", in.DataCentres}, {"relay-rps", in.RelayRPS},
 	} {
 		if !(f.v > 0) || math.IsInf(f.v, 0) {
 			return Plan{}, fmt.Errorf("capacity: %s is %v, want a positive number", f.name, f.v)
@@ -161,9 +194,30 @@ func Compute(in Inputs) (Plan, error) {
 	} else {
 		p.StormCallsCached = float64(p.Gateways)*10 + p.BusyKeyCalls
 	}
+	p.Relay = relayPlan(in, p)
+	if p.LeaseBatch <= 1 {
+		p.Breaks = append(p.Breaks, fmt.Sprintf("the lease batch of the busiest key is 1 over %d gateways: every one of its requests calls Redis", p.Gateways))
+	}
+	if p.BusyKeyLoad > 1 {
+		p.Breaks = append(p.Breaks, fmt.Sprintf("the busiest key alone needs %.0f%% of its shard (%.0f calls/s); no number of shards spreads one key",
+			100*p.BusyKeyLoad, p.BusyKeyCalls))
+	}
 	p.MemoryByAlgorithm = map[limit.Algorithm]float64{limit.SlidingLog: in.ActiveKeys * in.RulesPerKey * in.LimitPerMinute * in.BytesPerLogEntry}
 	for a, b := range BytesPerKey {
 		p.MemoryByAlgorithm[a] = in.ActiveKeys * in.RulesPerKey * b
 	}
 	return p, nil
+}
+
+// relayPlan sizes the relays: the lease calls that would reach Redis go
+// to the relays instead, spread over the data centres.
+func relayPlan(in Inputs, p Plan) RelayPlan {
+	var r RelayPlan
+	r.PerDC = max(2, int(math.Ceil(p.ScriptCalls/in.DataCentres/in.RelayRPS)))
+	r.Total = r.PerDC * int(math.Ceil(in.DataCentres))
+	r.Batch = max(1, int(in.BusyKeyRPS/float64(r.Total)/10))
+	r.BusyKeyCalls = in.BusyKeyRPS / float64(r.Batch)
+	r.BusyKeyLoad = r.BusyKeyCalls / in.ScriptsPerShard
+	r.CallsPerShard = p.ScriptCalls / float64(max(p.Shards, 1))
+	return r
 }

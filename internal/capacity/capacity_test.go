@@ -100,3 +100,33 @@ func TestMeasuredStormShare(t *testing.T) {
 		t.Errorf("storm with the cache: %v calls/s, want 2%% of %v", p.StormCallsCached, p.StormCalls)
 	}
 }
+
+func TestRelayAtOneHundredTimes(t *testing.T) {
+	tests := []struct {
+		name       string
+		in         capacity.Inputs
+		perDC      int
+		batch      int
+		breaks     int
+		busyBelow1 bool // the busiest key fits its shard through relays
+	}{
+		{"today", capacity.Inputs{RedisShare: 0.1}, 2, 1666, 0, true},
+		{"100x", capacity.Inputs{PeakRPS: 1e8, RedisShare: 0.1}, 34, 98, 2, true},
+		{"100x, one data centre", capacity.Inputs{PeakRPS: 1e8, RedisShare: 0.1, DataCentres: 1}, 100, 100, 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := capacity.Compute(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Relay.PerDC != tt.perDC || p.Relay.Batch != tt.batch || len(p.Breaks) != tt.breaks {
+				t.Errorf("got %d relays a data centre, batch %d, %d breaks %q; want %d, %d, %d",
+					p.Relay.PerDC, p.Relay.Batch, len(p.Breaks), p.Breaks, tt.perDC, tt.batch, tt.breaks)
+			}
+			if got := p.Relay.BusyKeyLoad < 1; got != tt.busyBelow1 {
+				t.Errorf("busiest key through relays: %.2f of a shard", p.Relay.BusyKeyLoad)
+			}
+		})
+	}
+}
