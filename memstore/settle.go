@@ -10,7 +10,7 @@ import (
 // Settle corrects a take whose cost was an estimate, once the true cost is
 // known: delta is the true cost less the estimate taken. A positive delta
 // is taken from every enforced limit of req whatever they hold: a limit
-// that has less is left in debt (Settled.Debt), so that the key's next
+// that has less is left in debt (Settled.Debt, at most one burst), so that the key's next
 // requests wait until the debt has refilled. A negative delta is given
 // back (GiveBack), never pushing a limit above its burst. Zero changes
 // nothing. req.Cost is ignored; shadow limits are left alone.
@@ -128,7 +128,9 @@ func (s *Store) settleAt(now int64, req *limit.Request, delta int64) Settled {
 // arithmetic redisstore's settle script does, shared so that the stores
 // agree.
 //
-// A token bucket in debt holds no credits and a last take in the future:
+// Debt is at most one burst: a key is never kept out longer than twice
+// the time its bucket takes to fill, however much it was charged. A token
+// bucket in debt holds no credits and a last take in the future:
 // it refills from then, so the debt is paid before any token is, and it
 // answers a take meanwhile as empty (its retry time then counts from the
 // end of the debt, which the answer does not know: a client told to retry
@@ -143,7 +145,7 @@ func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.St
 			tat = s.A
 		}
 		capacity := l.EffectiveBurst() * perToken
-		tat += cost * perToken
+		tat = min(tat+cost*perToken, at+2*capacity) // at most one burst of debt
 		if over := tat - at - capacity; over > 0 {
 			debt = (over + perToken - 1) / perToken
 		}
@@ -164,7 +166,7 @@ func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.St
 		left := credits - need
 		return limit.State{Exists: true, A: left, B: now}, max((capacity-left+l.Count-1)/l.Count, 1), 0
 	}
-	short := need - credits
+	short := min(need-credits, capacity) // at most one burst of debt
 	wait := (short + l.Count - 1) / l.Count
 	return limit.State{Exists: true, A: 0, B: now + wait}, wait + full, (short + p - 1) / p
 }

@@ -30,6 +30,7 @@ func TestSettle(t *testing.T) {
 		{"unused given back", tb, 6, 1, 9, 0, 0},
 		{"all given back, never above the burst", tb, 3, 0, 10, 0, 0},
 		{"debt", tb, 4, 15, 0, 5, 600 * time.Millisecond},
+		{"debt kept to one burst", tb, 4, 40, 0, 10, 1100 * time.Millisecond},
 		{"gcra rest taken", gc, 2, 5, 5, 0, 0},
 		{"gcra unused given back", gc, 6, 1, 9, 0, 0},
 		{"gcra debt", gc, 4, 15, 0, 5, 600 * time.Millisecond},

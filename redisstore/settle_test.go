@@ -71,12 +71,12 @@ func TestSettleDebtOnRedisClock(t *testing.T) {
 	if d := take(t, red, req); !d.Allowed {
 		t.Fatalf("estimate refused: %+v", d)
 	}
-	st, err := red.Settle(ctx, req, 56) // 60 of a bucket of 10: 50 short, 5 s at 10 a second
+	st, err := red.Settle(ctx, req, 56) // 60 of a bucket of 10: 50 short, kept to one burst, 10
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Debt != 50 {
-		t.Errorf("got debt %d, want 50", st.Debt)
+	if st.Debt != 10 {
+		t.Errorf("got debt %d, want 10, one burst", st.Debt)
 	}
 	d := take(t, red, &limit.Request{Key: req.Key, Limits: req.Limits})
 	if d.Allowed || d.Remaining != 0 {

@@ -139,6 +139,9 @@ type Rule struct {
 	FailMode  FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`
 	Reason    string    `json:"reason,omitempty" yaml:"reason,omitempty"`
+	// Refusals says whether a request this rule's limits refuse still
+	// spends their tokens: RefusalsFree (the default) or RefusalsCount.
+	Refusals Refusals `json:"refusals,omitempty" yaml:"refusals,omitempty"`
 }
 
 // KeyInfo is what the key directory knows of one API key.

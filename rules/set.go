@@ -277,6 +277,9 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	default:
 		return fe("fail_mode", "%q is not open or closed", r.FailMode)
 	}
+	if err := r.Refusals.check(); err != nil {
+		return fe("refusals", "%v", err)
+	}
 	if len(r.Limits) == 0 {
 		return fe("limits", "a rule needs at least one limit")
 	}

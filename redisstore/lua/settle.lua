@@ -12,7 +12,9 @@
 --
 -- Unlike a take, a settle never refuses: the tokens were spent by the
 -- response already. A limit short of them is left in debt, so the key's
--- next requests wait until it has refilled. The arithmetic is
+-- next requests wait until it has refilled; the debt is at most one burst,
+-- so a key is never kept out longer than twice its bucket's fill time. The
+-- arithmetic is
 -- memstore.SettleState's, so the stores agree:
 --   token bucket  credits left, or in debt no credits and a last take in
 --                 the future (now + the debt's refill time), written with
@@ -88,7 +90,7 @@ for i, key in ipairs(KEYS) do
       end
       write(key, struct.pack('<ddd', left, stored_ttl, last), ttl)
     else
-      local lack = need - credits
+      local lack = math.min(need - credits, capacity) -- at most one burst of debt
       local wait = ceildiv(lack, count)
       short = math.max(short, ceildiv(lack, period))
       local last = now + wait
@@ -117,7 +119,7 @@ for i, key in ipairs(KEYS) do
         tat = stored
       end
     end
-    tat = tat + cost * per_token
+    tat = math.min(tat + cost * per_token, at + 2 * burst * per_token) -- at most one burst of debt
     local over = tat - at - burst * per_token
     if over > 0 then
       short = math.max(short, ceildiv(over, per_token))
