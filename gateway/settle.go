@@ -32,7 +32,7 @@ const maxCost = 1 << 40
 
 // settleTimeout bounds a settle without a Config.Timeout: the response is
 // sent, and its trailers wait for the settle.
-const settleTimeout = time.Second
+const settleTimeout = 250 * time.Millisecond
 
 // pending is what a request to an endpoint with a cost header carries
 // from its check to its settle.
