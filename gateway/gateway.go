@@ -301,7 +301,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) erro
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
 		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter, checked: res.Limits})
 	e := refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
-	nameRule(e, &res, d.Index, cl.version)
+	nameRule(e, &res, &d, cl.version)
 	return e
 }
 
