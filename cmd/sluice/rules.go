@@ -30,7 +30,7 @@ type rulesOptions struct {
 	cfg        rulesvc.Config
 	listen     string
 	tokensFile string
-	redis      *redisFlags // read-only, for explain's bucket states
+	redis      redisstore.Config // read-only, for explain's bucket states
 	runFlags
 }
 
@@ -77,8 +77,12 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
 	// The gateways' Redis, for GET /admin/v1/explain's state of a key's
 	// buckets: read, never taken from.
-	o.redis = addRedisFlags(fs)
-	err := parseFlags(fs, args)
+	redis := addRedisFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	var err error
+	o.redis, err = redis.Config(os.Getenv)
 	return o, err
 }
 
@@ -133,11 +137,7 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 
-	rc, err := o.redis.Config(os.Getenv)
-	if err != nil {
-		return err
-	}
-	if len(rc.Addrs) > 0 {
+	if rc := o.redis; len(rc.Addrs) > 0 {
 		rc.Logger = logger
 		rs, err := redisstore.New(ctx, rc)
 		if err != nil {
