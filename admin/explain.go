@@ -49,6 +49,10 @@ type Explanation struct {
 	// LastRefusal is the most recent refusal of this key the gateways
 	// reported, when the answering service has seen one.
 	LastRefusal *Refusal `json:"last_refusal,omitempty"`
+	// Refused are the busiest refused keys of the rules listed, newest
+	// version first, when the answering service has seen them refuse
+	// (hashed keys; see RefusedRule): who else this rule is refusing now.
+	Refused []RefusedRule `json:"refused,omitempty"`
 	// StateError says why the limits carry no State, when a store was
 	// asked and failed.
 	StateError string `json:"state_error,omitempty"`

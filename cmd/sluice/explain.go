@@ -127,6 +127,13 @@ func printExplanation(w io.Writer, e *admin.Explanation) {
 	if e.StateError != "" {
 		fmt.Fprintf(w, "state not read: %s\n", e.StateError)
 	}
+	for _, rr := range e.Refused {
+		fmt.Fprintf(w, "rule #%d (rules version %d) refused %d requests; busiest keys:", rr.Rule, rr.RulesVersion, rr.Refused)
+		for _, k := range rr.Keys {
+			fmt.Fprintf(w, " %s (%d)", k.Key, k.Count)
+		}
+		fmt.Fprintln(w)
+	}
 	if r := e.LastRefusal; r != nil {
 		fmt.Fprintf(w, "last refused by rule #%d (limit %s, rules version %d), reported at %s\n", r.Rule, r.Limit, r.RulesVersion, r.At.Format(time.RFC3339))
 	}

@@ -77,6 +77,15 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 		return err
 	}
 	e.LastRefusal = s.refusals.last(e.KeyHash)
+	listed := map[int64]bool{}
+	for _, l := range e.Limits {
+		listed[l.Rule.ID] = l.Rule.ID != 0
+	}
+	for _, rr := range s.refusals.top(5) {
+		if listed[rr.Rule] {
+			e.Refused = append(e.Refused, rr)
+		}
+	}
 	writeJSON(w, http.StatusOK, e)
 	return nil
 }
