@@ -68,6 +68,14 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 	}
 	in := admin.ExplainInput{Set: set, Now: time.Now(), Key: key, Method: method, Path: path,
 		Versions: versions, Store: s.cfg.Store, Share: s.cfg.Share}
+	if region := q.Get("region"); region != "" {
+		if s.cfg.Balancer == nil {
+			return badRequest("region", "the service is not given the balancer (--balancer-url), so it cannot tell region %q's shares", region)
+		}
+		if in.Share, err = s.cfg.Balancer.sharesOf(r.Context(), "k:"+key, region); err != nil {
+			return &apiError{status: http.StatusBadGateway, field: "region", msg: err.Error()}
+		}
+	}
 	e, err := admin.Build(r.Context(), in)
 	var pe *rules.PathError
 	if errors.As(err, &pe) {
