@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -85,8 +86,10 @@ type Config struct {
 type Event struct {
 	// Request is the request being limited.
 	Request *http.Request
-	// Key is the store key: "k:" and the API key, or "ip:" and the client
-	// address; shadow limits are under the same key.
+	// Key is the caller's store key: "k:" and the API key, or "ip:" and
+	// the client address; shadow limits are under the same key. A request
+	// org rules apply to is taken under its org's key
+	// (rules.Resolution.StoreKey), but reported under the caller's.
 	Key string
 	// Endpoint is the matched endpoint's name, empty when none matched.
 	Endpoint string
@@ -194,6 +197,14 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			WriteError(w, err)
 			return
 		}
+		// A concurrency slot is held until the response ends: success,
+		// upstream error, client gone or panic (gateway/concurrency.go).
+		slot, err := l.hold(w, r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		defer slot.Release()
 		if p.header == "" {
 			next.ServeHTTP(w, r)
 			return
@@ -251,12 +262,17 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) erro
 
 	if len(res.Limits) == 0 && len(res.Shadow) == 0 {
 		l.unlimited(cl)
-		return nil
+		return l.takeQuotas(w, cl, &res)
 	}
 	pr := requests.Get().(*pooledRequest)
 	req := &pr.req
 	*req = limit.Request{Key: c.key, Cost: res.Cost, Limits: res.Limits}
-	if len(res.Shadow) > 0 {
+	if res.Org != "" {
+		// Org rules: the key's and the org's limits in one call under the
+		// org's key (rules.Resolution.StoreKey), in res's order.
+		req.Key, pr.limits = res.StoreKey(c.key), res.AppendStoreLimits(pr.limits[:0], c.apiKey)
+		req.Limits = pr.limits
+	} else if len(res.Shadow) > 0 {
 		// One store call for both: the shadow limits (Limit.Shadow) follow
 		// the enforced ones under the same key, so that Decision.Index is
 		// still a position in res.Limits, and Decision.Shadow says what
@@ -275,7 +291,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) erro
 	}
 	if len(res.Limits) == 0 {
 		l.unlimited(cl)
-		return nil
+		return l.takeQuotas(w, cl, &res)
 	}
 	if err != nil {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
@@ -289,13 +305,19 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) erro
 	if d.Allowed {
 		if p != nil && res.CostHeader != "" {
 			p.key, p.limits, p.estimate, p.cl = req.Key, res.Limits, req.EffectiveCost(), cl
+			if res.Org != "" {
+				// The org's store limits, renamed per key, live in the
+				// pooled request: copied, since it is reused once check
+				// returns.
+				p.limits = slices.Clone(req.Limits[:len(res.Limits)])
+			}
 		}
 		l.metrics.decision(outcomeAllowed, lim.Name, src, cl.plan)
 		if src == limit.FromLocalFallback {
 			l.logDecision(cl, slog.LevelInfo, "rate limit decision",
 				logLine{outcome: outcomeAllowed, limit: lim, rule: ruleAt(res.Rules, d.Index), source: src})
 		}
-		return nil
+		return l.takeQuotas(w, cl, &res)
 	}
 	l.metrics.decision(outcomeRefused, lim.Name, src, cl.plan)
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
@@ -342,7 +364,7 @@ func (l *Limiter) take(cl call, req *limit.Request, res *rules.Resolution) (limi
 		err = fmt.Errorf("store answered for limit %d of %d", d.Index, n)
 	}
 	if l.onDecision != nil && len(res.Limits) > 0 {
-		l.onDecision(Event{Request: cl.r, Key: req.Key, Endpoint: cl.endpoint, Limits: res.Limits,
+		l.onDecision(Event{Request: cl.r, Key: cl.caller.key, Endpoint: cl.endpoint, Limits: res.Limits,
 			Rules: res.Rules, Cost: req.EffectiveCost(), Decision: d, Err: err, Duration: took,
 			Source: src, RulesVersion: cl.version})
 	}

@@ -33,7 +33,7 @@ func (l *Limiter) countRefusal(cl call, res *rules.Resolution, req *limit.Reques
 	refusing := false
 	for i, r := range res.Rules {
 		if a := res.Limits[i].Alg(); r.CountsRefusals() && (a == limit.TokenBucket || a == limit.GCRA) {
-			counted = append(counted, res.Limits[i])
+			counted = append(counted, req.Limits[i]) // as stored: an org's renamed per key
 			refusing = refusing || i == d.Index
 		}
 	}

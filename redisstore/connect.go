@@ -100,6 +100,9 @@ func (s *Store) connect(ctx context.Context) error {
 			return s.connectError(r.err)
 		}
 		c = r.client
+		if s.wrap != nil {
+			c = s.wrap(c)
+		}
 	case <-ctx.Done():
 		// NewClient's own steps are bounded (see above); this goroutine
 		// ends with the attempt and closes what it made.

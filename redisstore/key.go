@@ -62,8 +62,9 @@ func appendEncoded(b []byte, key string) []byte {
 }
 
 // appendKey appends the Redis key of limit l of request key to b:
-// <prefix>{<encoded key>}:<l.BucketID()>, and for a token bucket ":b", the
-// mark of its binary state (lua/alg_token_bucket.lua): a gateway of a
+// <prefix>{<encoded key>}:<l.BucketID()>, and for a token bucket or a
+// sliding window ":b", the mark of its binary state
+// (lua/alg_token_bucket.lua, lua/alg_sliding_window.lua): a gateway of a
 // version that kept that state as text uses the key without it, so the two
 // never read each other's values. It writes the bucket ID itself rather
 // than calling BucketID, which formats with fmt and allocates; a test
@@ -85,13 +86,14 @@ func appendKey(b []byte, prefix, key string, l *limit.Limit) []byte {
 	if l.Shadow {
 		b = append(b, shadowMark...)
 	}
-	if l.Alg() == limit.TokenBucket {
+	if a := l.Alg(); a == limit.TokenBucket || a == limit.SlidingWindow {
 		b = append(b, binaryMark...)
 	}
 	return b
 }
 
-// binaryMark ends the key of a state kept in binary (a token bucket's).
+// binaryMark ends the key of a state kept in binary (a token bucket's, a
+// sliding window's).
 const binaryMark = ":b"
 
 // shadowMark ends a shadow limit's bucket ID (limit.Limit.BucketID).

@@ -96,6 +96,11 @@ type Config struct {
 	// at the cost of up to FlushDelay of latency; see docs/redis.md for
 	// figures. Zero means no delay and rueidis's default connections.
 	FlushDelay time.Duration
+	// Wrap, if set, wraps each client the store dials before its first
+	// use, for instance with tracing.Redis for a span per command; the
+	// store uses and closes what Wrap returns. NewWithClient ignores it:
+	// wrap the client you pass instead.
+	Wrap func(rueidis.Client) rueidis.Client
 }
 
 const (
@@ -136,6 +141,8 @@ var (
 type Store struct {
 	// opt is how the client connects; read-only after New.
 	opt rueidis.ClientOption
+	// wrap is Config.Wrap; read-only after New.
+	wrap func(rueidis.Client) rueidis.Client
 	// link is the client and how takes run on it, once the store has
 	// connected: nil before, when every take fails with ErrUnavailable.
 	link atomic.Pointer[link]
@@ -206,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	dial := orDefault(cfg.DialTimeout, defaultDialTimeout)
+	s.wrap = cfg.Wrap
 	s.opt = rueidis.ClientOption{
 		InitAddress: cfg.Addrs,
 		Username:    cfg.Username,

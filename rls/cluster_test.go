@@ -156,6 +156,113 @@ descriptors:
 	}
 }
 
+// TestOneRoundAndGiveBackPerShard: a request of two descriptors on two
+// primaries costs each primary one take, and when one refuses, the other
+// primary one give-back, and nothing more.
+func TestOneRoundAndGiveBackPerShard(t *testing.T) {
+	ctx := context.Background()
+	s := serve(t, `
+domain: exact
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: big
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`, clusterStore(t))
+	v := spreadValue(t, true, []string{"a", "big"})
+	nodeOf := func(k string) string {
+		n, err := cluster.NodeForKey(ctx, "{rls:exact/"+k+"="+v+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Addr()
+	}
+	primaries, err := cluster.Primaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// calls reads each primary's takes (FCALL, EVALSHA of the take) and
+	// give-backs (EVALSHA of the give-back: EVALSHA calls beyond the takes)
+	// since the last reset.
+	reset := func() {
+		for _, p := range primaries {
+			if _, err := p.Do(ctx, "CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	calls := func() map[string][2]int {
+		out := map[string][2]int{}
+		for _, p := range primaries {
+			v, err := p.Do(ctx, "INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, _ := v.(string)
+			var c [2]int
+			for line := range strings.Lines(info) {
+				for i, cmd := range []string{"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="} {
+					if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+						fmt.Sscanf(rest, "%d", &c[i])
+					}
+				}
+			}
+			out[p.Addr()] = c
+		}
+		return out
+	}
+	pair := ds(desc("a", v), desc("big", v))
+	reset()
+	if got := answer(s.ask(t, "exact", 0, pair...)); got != "OK: OK OK" {
+		t.Fatalf("first request: got %s, want OK: OK OK", got)
+	}
+	first := calls()
+	reset()
+	resp := s.ask(t, "exact", 0, pair...)
+	if got := answer(resp); got != "OVER_LIMIT: OVER_LIMIT OK" {
+		t.Fatalf("second request: got %s, want OVER_LIMIT: OVER_LIMIT OK", got)
+	}
+	second := calls()
+	a, big := nodeOf("a"), nodeOf("big")
+	for addr, c := range first {
+		want := [2]int{}
+		if addr == a || addr == big {
+			want = [2]int{1, 0} // one take each, no give-back
+		}
+		if c != want {
+			t.Errorf("first request, primary %s: got %d takes and %d scripts, want %v", addr, c[0], c[1], want)
+		}
+	}
+	for addr, c := range second {
+		want := [2]int{}
+		switch addr {
+		case a:
+			want = [2]int{1, 0} // the refusal
+		case big:
+			want = [2]int{1, 1} // the take, then its give-back
+		}
+		if c != want {
+			t.Errorf("refused request, primary %s: got %d takes and %d scripts, want %v", addr, c[0], c[1], want)
+		}
+	}
+	if got := resp.GetStatuses()[1].GetLimitRemaining(); got != 9 {
+		t.Errorf("big after a refused request: got %d remaining, want 9 (its hit given back)", got)
+	}
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_rls_given_back_total" {
+			given = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if given != 1 {
+		t.Errorf("sluice_rls_given_back_total: got %v, want 1", given)
+	}
+}
+
 // spreadValue returns a descriptor value under which keys' descriptors
 // live on different primaries of the cluster (when onCluster), so that a
 // request of them is taken on several shards at once.

@@ -107,6 +107,7 @@ type Service struct {
 	shadowAll  bool
 	giver      GiveBacker // nil: grants are not given back
 	oneKey     bool
+	parallel   bool           // calls go to Redis: make a request's calls at once
 	storeLog   rate.Sometimes // thins out store failure logs
 	ignoreLog  rate.Sometimes // thins out ignored-field logs
 }
@@ -151,6 +152,9 @@ func New(cfg Config) (*Service, error) {
 	// Without a way to give grants back, a domain stays one key, so that
 	// a refused request still takes nothing.
 	s.oneKey = s.oneKey || s.giver == nil
+	// Calls to Redis wait for the network, so a request's go at once;
+	// calls to memory take a microsecond, less than starting goroutines.
+	_, s.parallel = s.giver.(*redisstore.Store)
 	if s.nearRatio == 0 {
 		s.nearRatio = 0.8
 	}
@@ -306,13 +310,14 @@ func (c *call) take(ctx context.Context, s *Service) {
 
 // run makes every call of g at once, each on its own goroutine but the
 // last: calls to one Redis node leave together, pipelined, so a request
-// costs one round trip per node its descriptors live on.
-func (g calls) run(ctx context.Context, s *Service, each func(*call)) {
+// costs one round trip per node its descriptors live on. Without Redis
+// (s.parallel false) it makes them one after the other.
+func (g calls) run(s *Service, each func(*call)) {
 	var wg sync.WaitGroup
 	for i, c := range g {
-		if i == len(g)-1 {
+		if i == len(g)-1 || !s.parallel {
 			each(c)
-			break
+			continue
 		}
 		wg.Go(func() { each(c) })
 	}
@@ -335,7 +340,7 @@ func (s *Service) giveBack(ctx context.Context, domain string, g calls) {
 			back = append(back, c)
 		}
 	}
-	back.run(ctx, s, func(c *call) {
+	back.run(s, func(c *call) {
 		gctx := ctx
 		if s.timeout > 0 {
 			var cancel context.CancelFunc
@@ -350,8 +355,14 @@ func (s *Service) giveBack(ctx context.Context, domain string, g calls) {
 		}
 		c.given = true
 	})
-	if len(back) > 0 {
-		s.metrics.givenBack(len(back))
+	given := 0
+	for _, c := range back {
+		if c.given {
+			given++
+		}
+	}
+	if given > 0 {
+		s.metrics.givenBack(given)
 	}
 }
 
@@ -445,7 +456,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 	// what the others granted.
 	shed := false
 	var shedErr error
-	g.run(ctx, s, func(c *call) { c.take(ctx, s) })
+	g.run(s, func(c *call) { c.take(ctx, s) })
 	refused := false
 	for _, c := range g {
 		if c.shadow {

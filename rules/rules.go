@@ -29,6 +29,9 @@ const (
 	ScopeEndpoint Scope = "endpoint" // every request to one endpoint
 	ScopePlan     Scope = "plan"     // keys on one plan, optionally on one endpoint
 	ScopeKey      Scope = "key"      // one API key: an override
+	// ScopeOrg limits the sum of every key of one organization (the key
+	// directory's org), beside each key's own limits; see [Set.Resolve].
+	ScopeOrg Scope = "org"
 )
 
 // Mode says whether a rule refuses.
@@ -126,19 +129,29 @@ type Match struct {
 	Plan     string `json:"plan,omitempty" yaml:"plan,omitempty"`
 	Endpoint string `json:"endpoint,omitempty" yaml:"endpoint,omitempty"`
 	Key      string `json:"key,omitempty" yaml:"key,omitempty"`
+	// Org names the organization an org rule matches; empty in an org
+	// rule means every organization, each counted on its own.
+	Org string `json:"org,omitempty" yaml:"org,omitempty"`
 }
 
 // Rule is one entry of the rules table.
 type Rule struct {
 	// ID is the rules service's identifier; zero in a rules file.
-	ID        int64     `json:"id,omitempty" yaml:"id,omitempty"`
-	Scope     Scope     `json:"scope" yaml:"scope"`
-	Match     Match     `json:"match,omitzero" yaml:"match,omitempty"`
-	Limits    []Limit   `json:"limits" yaml:"limits"`
-	Mode      Mode      `json:"mode,omitempty" yaml:"mode,omitempty"`
-	FailMode  FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
-	ExpiresAt time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`
-	Reason    string    `json:"reason,omitempty" yaml:"reason,omitempty"`
+	ID     int64   `json:"id,omitempty" yaml:"id,omitempty"`
+	Scope  Scope   `json:"scope" yaml:"scope"`
+	Match  Match   `json:"match,omitzero" yaml:"match,omitempty"`
+	Limits []Limit `json:"limits" yaml:"limits"`
+	// Quotas are daily and monthly counts, counted in batches (package
+	// quota); a rule may have quotas and no limits.
+	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty"`
+	// Concurrency is the most requests of one key (or client address) in
+	// flight at once, across the fleet (package inflight); zero means no
+	// such limit. The most specific rule that sets it wins.
+	Concurrency int64     `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
+	Mode        Mode      `json:"mode,omitempty" yaml:"mode,omitempty"`
+	FailMode    FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
+	ExpiresAt   time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`
+	Reason      string    `json:"reason,omitempty" yaml:"reason,omitempty"`
 	// Refusals says whether a request this rule's limits refuse still
 	// spends their tokens: RefusalsFree (the default) or RefusalsCount.
 	Refusals Refusals `json:"refusals,omitempty" yaml:"refusals,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // Set is a compiled, validated rule set: immutable and safe for concurrent
@@ -34,6 +35,8 @@ type Set struct {
 	// compiled rules, indexed by what they match.
 	byMatch map[matchKey][]compiled
 	ip      []compiled
+	hasOrg  bool // some rule has scope org
+	hasConc bool // some rule sets a concurrency limit
 	// resolved caches Resolve's answers by resolveKey (*resolved values).
 	// It holds at most one entry per plan and endpoint, per key with key
 	// rules, and for requests without a key: bounded by the rules.
@@ -46,6 +49,7 @@ type resolveKey struct {
 	plan     string // the key's plan; empty for unknown keys
 	key      string // the API key, only when key-scope rules name it
 	endpoint string
+	org      string // the key's org, only when org rules match it
 }
 
 // resolved is a cached Resolution and the times it holds for: from when
@@ -59,13 +63,14 @@ type resolved struct {
 
 // matchKey is the index of a rule: its scope and match fields.
 type matchKey struct {
-	scope         Scope
-	plan, ep, key string
+	scope              Scope
+	plan, ep, key, org string
 }
 
 type compiled struct {
 	rule    *Rule
 	limits  []limit.Limit
+	quotas  []quota.Quota
 	shadow  bool
 	expires time.Time // zero: never
 }
@@ -82,6 +87,17 @@ func specificity(sc Scope, m Match) int {
 		return 3
 	case ScopeEndpoint:
 		return 2
+	case ScopeOrg:
+		// Org rules merge among themselves only; a named org beats every
+		// org, and an endpoint narrows either.
+		n := 1
+		if m.Org != "" {
+			n += 2
+		}
+		if m.Endpoint != "" {
+			n++
+		}
+		return n
 	}
 	return 1 // default, ip
 }
@@ -133,6 +149,11 @@ func Compile(doc Document, version int64) (*Set, error) {
 		if info.Plan == "" {
 			return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Field: "plan", Problem: "is empty"}
 		}
+		if info.Org != "" {
+			if err := checkOrg(info.Org); err != nil {
+				return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Field: "org", Problem: err.Error()}
+			}
+		}
 	}
 	names := map[string]bool{}
 	for i, ep := range doc.Endpoints {
@@ -176,7 +197,7 @@ func Compile(doc Document, version int64) (*Set, error) {
 		if err != nil {
 			return nil, &FieldError{Where: fmt.Sprintf("rules[%d] (%s)", i, describe(r)), Field: err.Field, Problem: err.Problem}
 		}
-		mk := matchKey{scope: r.Scope, plan: r.Match.Plan, ep: r.Match.Endpoint, key: r.Match.Key}
+		mk := matchKey{scope: r.Scope, plan: r.Match.Plan, ep: r.Match.Endpoint, key: r.Match.Key, org: r.Match.Org}
 		same := s.byMatch[mk]
 		if r.Scope == ScopeIP {
 			same = s.ip
@@ -187,6 +208,8 @@ func Compile(doc Document, version int64) (*Set, error) {
 					Problem: "another rule with the same scope, match and mode already exists"}
 			}
 		}
+		s.hasOrg = s.hasOrg || r.Scope == ScopeOrg
+		s.hasConc = s.hasConc || r.Concurrency > 0
 		if r.Scope == ScopeIP {
 			s.ip = append(s.ip, c)
 		} else {
@@ -204,7 +227,7 @@ func Compile(doc Document, version int64) (*Set, error) {
 
 func describe(r *Rule) string {
 	parts := []string{string(r.Scope)}
-	for _, kv := range [][2]string{{"plan", r.Match.Plan}, {"endpoint", r.Match.Endpoint}, {"key", r.Match.Key}} {
+	for _, kv := range [][2]string{{"plan", r.Match.Plan}, {"endpoint", r.Match.Endpoint}, {"key", r.Match.Key}, {"org", r.Match.Org}} {
 		if kv[1] != "" {
 			parts = append(parts, kv[0]+"="+kv[1])
 		}
@@ -240,29 +263,38 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	}
 	m := r.Match
 	switch r.Scope {
+	case ScopeOrg:
+		if m.Plan != "" || m.Key != "" {
+			return fe("match", "an org rule matches {org: NAME}, or every organization with no org, and optionally an endpoint")
+		}
+		if m.Org != "" {
+			if err := checkOrg(m.Org); err != nil {
+				return fe("match.org", "%v", err)
+			}
+		}
 	case ScopeDefault, ScopeIP:
 		if m != (Match{}) {
 			return fe("match", "a %s rule matches everything and takes no match", r.Scope)
 		}
 	case ScopeEndpoint:
-		if m.Endpoint == "" || m.Plan != "" || m.Key != "" {
+		if m.Endpoint == "" || m.Plan != "" || m.Key != "" || m.Org != "" {
 			return fe("match", "an endpoint rule matches exactly one endpoint: {endpoint: NAME}")
 		}
 	case ScopePlan:
-		if m.Plan == "" || m.Key != "" {
+		if m.Plan == "" || m.Key != "" || m.Org != "" {
 			return fe("match", "a plan rule matches {plan: NAME} and optionally an endpoint")
 		}
 	case ScopeKey:
-		if m.Key == "" || m.Plan != "" || m.Endpoint != "" {
+		if m.Key == "" || m.Plan != "" || m.Endpoint != "" || m.Org != "" {
 			return fe("match", "a key rule matches exactly one key: {key: KEY}")
 		}
 		if err := CheckKey(m.Key); err != nil {
 			return fe("match.key", "%v", err)
 		}
 	case "":
-		return fe("scope", "is missing (want default, ip, endpoint, plan or key)")
+		return fe("scope", "is missing (want default, ip, endpoint, plan, key or org)")
 	default:
-		return fe("scope", "%q is not one of default, ip, endpoint, plan, key", r.Scope)
+		return fe("scope", "%q is not one of default, ip, endpoint, plan, key, org", r.Scope)
 	}
 	if m.Endpoint != "" && !endpoints[m.Endpoint] {
 		return fe("match.endpoint", "%q is not a declared endpoint", m.Endpoint)
@@ -280,10 +312,24 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	if err := r.Refusals.check(); err != nil {
 		return fe("refusals", "%v", err)
 	}
-	if len(r.Limits) == 0 {
-		return fe("limits", "a rule needs at least one limit")
+	if len(r.Limits) == 0 && len(r.Quotas) == 0 && r.Concurrency == 0 {
+		return fe("limits", "a rule needs at least one limit, a quota or a concurrency")
+	}
+	switch {
+	case r.Concurrency < 0:
+		return fe("concurrency", "%d is negative", r.Concurrency)
+	case r.Concurrency > 0 && r.Mode == Shadow:
+		return fe("concurrency", "a shadow rule has no concurrency limit yet")
+	case r.Concurrency > 0 && r.Scope == ScopeOrg:
+		return fe("concurrency", "an org rule has no concurrency limit yet: give the keys' rules one")
+	}
+	if len(r.Quotas) > 0 && r.Mode == Shadow {
+		return fe("quotas", "a shadow rule has no quotas yet")
 	}
 	c := compiled{rule: r, shadow: r.Mode == Shadow, expires: r.ExpiresAt}
+	if err := compileQuotas(r, &c); err != nil {
+		return compiled{}, err
+	}
 	for j := range r.Limits {
 		l, err := r.Limits[j].toLimit(r.FailMode == FailClosed)
 		if err != nil {
@@ -333,10 +379,30 @@ type Resolution struct {
 	Rules []*Rule
 	// ShadowRules are parallel to Shadow.
 	ShadowRules []*Rule
+	// Org is the key's organization when org rules apply to it (the last
+	// OrgLimits of Limits and OrgShadow of Shadow are the org's); empty
+	// otherwise. Such a request is taken under the org's store key
+	// (StoreKey) with its limits renamed per key (AppendStoreLimits).
+	Org string
+	// OrgLimits and OrgShadow count the org's limits at the end of Limits
+	// and Shadow.
+	OrgLimits, OrgShadow int
+	// Quotas are the key's daily and monthly quotas (package quota),
+	// merged by name as limits are; QuotaRules are parallel to them.
+	Quotas     []quota.Quota
+	QuotaRules []*Rule
+	// Concurrency is the most requests of this caller in flight at once
+	// (package inflight), from ConcurrencyRule; zero means none.
+	Concurrency     int64
+	ConcurrencyRule *Rule
 	// CostHeader is the endpoint's Endpoint.CostHeader: the response
 	// header or trailer holding the true cost, Cost being the estimate.
 	CostHeader string
 }
+
+// HasConcurrency reports whether any rule of s sets a concurrency limit,
+// so that a gateway skips the lookup otherwise.
+func (s *Set) HasConcurrency() bool { return s.hasConc }
 
 // Key returns what the directory knows of an API key.
 func (s *Set) Key(apiKey string) (KeyInfo, bool) {
@@ -365,27 +431,10 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 	return r.res
 }
 
-// keyOf returns what the Resolution of q depends on.
-func (s *Set) keyOf(q Query) resolveKey {
-	k := resolveKey{ip: q.APIKey == "", endpoint: q.Endpoint}
-	if !k.ip {
-		info, known := q.Info, q.Known
-		if !q.LookedUp {
-			info, known = s.keys[q.APIKey]
-		}
-		if known {
-			k.plan = info.Plan
-		}
-		if _, ok := s.byMatch[matchKey{scope: ScopeKey, key: q.APIKey}]; ok {
-			k.key = q.APIKey
-		}
-	}
-	return k
-}
-
 // resolve computes the Resolution for k at now.
 func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	var res Resolution
+	res.Org = k.org
 	if !k.ip {
 		res.Plan = k.plan
 	}
@@ -396,7 +445,32 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		r    *Rule
 		spec int
 	}
-	var enforced, shadow []pick
+	var enforced, shadow, orgEnforced, orgShadow []pick
+	type qpick struct {
+		q    quota.Quota
+		r    *Rule
+		spec int
+	}
+	var quotas []qpick
+	concSpec := -1
+	mergeQuotas := func(c *compiled) {
+		spec := 2 * specificity(c.rule.Scope, c.rule.Match)
+		if !c.expires.IsZero() {
+			spec++
+		}
+	next:
+		for _, q := range c.quotas {
+			for i := range quotas {
+				if quotas[i].q.Name == q.Name {
+					if spec > quotas[i].spec {
+						quotas[i] = qpick{q, c.rule, spec}
+					}
+					continue next
+				}
+			}
+			quotas = append(quotas, qpick{q, c.rule, spec})
+		}
+	}
 	merge := func(into *[]pick, c *compiled) {
 		// Within one scope, a rule with an expiry is a temporary override of
 		// the permanent one, so it wins the tie.
@@ -427,20 +501,44 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 			if !c.expires.IsZero() && (until.IsZero() || c.expires.Before(until)) {
 				until = c.expires
 			}
-			if c.shadow {
+			mergeQuotas(c)
+			if cc := c.rule.Concurrency; cc > 0 {
+				spec := 2 * specificity(c.rule.Scope, c.rule.Match)
+				if !c.expires.IsZero() {
+					spec++
+				}
+				if spec > concSpec {
+					concSpec, res.Concurrency, res.ConcurrencyRule = spec, cc, c.rule
+				}
+			}
+			switch org := c.rule.Scope == ScopeOrg; {
+			case org && c.shadow:
+				merge(&orgShadow, c)
+			case org:
+				merge(&orgEnforced, c)
+			case c.shadow:
 				merge(&shadow, c)
-			} else {
+			default:
 				merge(&enforced, c)
 			}
 		}
 	}
-	for _, p := range enforced {
+	// The org's limits follow the key's: a store checks both in one call.
+	for _, p := range append(enforced, orgEnforced...) {
 		res.Limits = append(res.Limits, p.l)
 		res.Rules = append(res.Rules, p.r)
 	}
-	for _, p := range shadow {
+	for _, p := range append(shadow, orgShadow...) {
 		res.Shadow = append(res.Shadow, p.l)
 		res.ShadowRules = append(res.ShadowRules, p.r)
+	}
+	for _, p := range quotas {
+		res.Quotas = append(res.Quotas, p.q)
+		res.QuotaRules = append(res.QuotaRules, p.r)
+	}
+	res.OrgLimits, res.OrgShadow = len(orgEnforced), len(orgShadow)
+	if res.OrgLimits+res.OrgShadow == 0 {
+		res.Org = ""
 	}
 	res.Cost = 1
 	if k.endpoint != "" {
@@ -456,13 +554,42 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	return &resolved{res: res, from: now, until: until}
 }
 
+// keyOf returns what the Resolution of q depends on.
+func (s *Set) keyOf(q Query) resolveKey {
+	k := resolveKey{ip: q.APIKey == "", endpoint: q.Endpoint}
+	if !k.ip {
+		info, known := q.Info, q.Known
+		if !q.LookedUp {
+			info, known = s.keys[q.APIKey]
+		}
+		if known {
+			k.plan = info.Plan
+		}
+		if _, ok := s.byMatch[matchKey{scope: ScopeKey, key: q.APIKey}]; ok {
+			k.key = q.APIKey
+		}
+		if known && info.Org != "" && s.hasOrg {
+			k.org = info.Org
+		}
+	}
+	return k
+}
+
 // matching returns the compiled rules that may apply to a request of k,
-// least specific first, in up to six groups; the first n are filled.
-func (s *Set) matching(k resolveKey) (cands [6][]compiled, n int) {
+// least specific first, in up to ten groups; the first n are filled.
+func (s *Set) matching(k resolveKey) (cands [10][]compiled, n int) {
 	add := func(mk matchKey) {
 		if cs := s.byMatch[mk]; len(cs) > 0 {
 			cands[n] = cs
 			n++
+		}
+	}
+	if k.org != "" {
+		add(matchKey{scope: ScopeOrg})
+		add(matchKey{scope: ScopeOrg, org: k.org})
+		if k.endpoint != "" {
+			add(matchKey{scope: ScopeOrg, ep: k.endpoint})
+			add(matchKey{scope: ScopeOrg, org: k.org, ep: k.endpoint})
 		}
 	}
 	if k.ip {

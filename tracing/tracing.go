@@ -71,6 +71,10 @@ type store struct {
 	tracer trace.Tracer
 }
 
+// Unwrap returns the traced store, so that a caller can reach what the
+// store offers beside limit.Store (a pipeline's quotas and slots).
+func (s *store) Unwrap() limit.Store { return s.inner }
+
 var (
 	_ limit.Store   = (*store)(nil)
 	_ limit.Granter = (*granter)(nil)

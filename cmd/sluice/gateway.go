@@ -147,9 +147,15 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// requests that outlive even that keep it open, since the process is
 	// about to exit anyway.
 	var handlers process.Inflight
+	tracer, stopTracing, err := startGatewayTracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	storeInUse := false
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
+	pcfg.Redis.Wrap = tracer.redis
 	pcfg.Fleet.Count = fleetSize(src, regionOf(opts))
 	if pcfg.Shares, err = shareConfig(opts); err != nil {
 		return err
@@ -191,11 +197,6 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	tracer, stopTracing, err := startGatewayTracing(ctx, logger)
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
 	lim, err := gateway.New(gateway.Config{
 		Store: tracer.store(store), Rules: src, TrustedProxies: opts.TrustedProxies, UnknownKeysAsAddress: opts.UnknownKeys,
 		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout, OnDecision: onDecision, Settle: store,

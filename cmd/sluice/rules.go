@@ -29,10 +29,10 @@ const (
 // rulesOptions are the rules service's command-line flags.
 type rulesOptions struct {
 	cfg         rulesvc.Config
+	redis       redisstore.Config // the gateways' Redis, for /admin/v1/usage and explain
+	balancerURL string            // for explain's region shares
 	listen      string
 	tokensFile  string
-	redis       redisstore.Config // read-only, for explain's bucket states
-	balancerURL string            // for explain's region shares
 	runFlags
 }
 
@@ -76,10 +76,8 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.IntVar(&c.Canary.MinGateways, "canary-min-gateways", 3, "distinct gateways, canaries and the rest together, that must report before refusal rates are compared")
 	fs.Float64Var(&c.MaxGatewayRate, "max-gateway-rate", 100_000, "most requests a second one gateway can decide: a report claiming more since the gateway's previous one is refused")
 	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
-	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
-	// The gateways' Redis, for GET /admin/v1/explain's state of a key's
-	// buckets: read, never taken from.
 	redis := addRedisFlags(fs)
+	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
 	fs.StringVar(&o.balancerURL, "balancer-url", "", "base `URL` of the quota balancer, read by explain?region= for a key's region shares; its operator token (one without a region) comes from $"+envBalancerToken)
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -140,6 +138,8 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 
+	// With the gateways' Redis, /admin/v1/usage reads their quota counts
+	// and explain their buckets (read, never taken from).
 	if rc := o.redis; len(rc.Addrs) > 0 {
 		rc.Logger = logger
 		rs, err := redisstore.New(ctx, rc)
@@ -147,7 +147,7 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--redis: %w", err)
 		}
 		defer rs.Close()
-		o.cfg.Store = rs
+		o.cfg.Counts, o.cfg.Store = rs, rs
 	}
 	if o.balancerURL != "" {
 		if !strings.HasPrefix(o.balancerURL, "http://") && !strings.HasPrefix(o.balancerURL, "https://") {

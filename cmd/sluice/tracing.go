@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"time"
 
+	"github.com/redis/rueidis"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluice-rl/sluice/limit"
@@ -41,6 +42,15 @@ func (g gatewayTracing) store(s limit.Store) limit.Store {
 		return s
 	}
 	return tracing.Store(s, g.tp)
+}
+
+// redis returns c with a span for each Redis command, under the decision
+// span of the take that sent it.
+func (g gatewayTracing) redis(c rueidis.Client) rueidis.Client {
+	if g.tp == nil {
+		return c
+	}
+	return tracing.Redis(c, g.tp)
 }
 
 // limited returns h, the limiter in front of next, with a server span for

@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 )
 
@@ -35,7 +34,7 @@ type Certs struct {
 // NewCerts writes a fresh set of Certs into a temporary directory that is
 // removed when the test ends. It fails the test if any step fails. Keys are
 // ECDSA P-256, which is quick to generate.
-func NewCerts(t testing.TB) Certs {
+func NewCerts(t TB) Certs {
 	t.Helper()
 	c, err := WriteCerts(t.TempDir())
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -38,7 +37,7 @@ type Cluster struct {
 // it when the test ends. It fails the test if the cluster does not form.
 // A cluster takes about two seconds to start: share one per package with
 // NewCluster in TestMain where tests allow.
-func StartCluster(t testing.TB, primaries, replicasPerPrimary int) *Cluster {
+func StartCluster(t TB, primaries, replicasPerPrimary int) *Cluster {
 	t.Helper()
 	c, stop, err := NewCluster(primaries, replicasPerPrimary)
 	if err != nil {

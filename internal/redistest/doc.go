@@ -7,7 +7,18 @@
 // uses, and fault injection is done to the real processes (SIGKILL, SIGSTOP,
 // SIGCONT). A missing redis-server binary is a test failure, never a skip.
 //
-// The testing.TB variants stop their servers in t.Cleanup. The New variants
+// The variants that take a test (TB) stop their servers in t.Cleanup. The New variants
 // take no testing.TB, for TestMain: they return a stop function the caller
 // must run, so one cluster can serve every test of a package.
 package redistest
+
+// TB is the part of testing.TB the helpers that take a test use. It is
+// declared here, rather than importing package testing, because
+// `sluice bench --local` and `sluice plan --measure` start their servers
+// through this package too, and the binary should not link package testing.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}

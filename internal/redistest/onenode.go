@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"testing"
 	"time"
 )
 
@@ -12,7 +11,7 @@ import (
 // slot, and stops it when the test ends. Such a node has never met another,
 // so it announces no IP of its own in CLUSTER SLOTS: clients must read that
 // as the address they asked.
-func OneNodeCluster(t testing.TB) *Server {
+func OneNodeCluster(t TB) *Server {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "redistest-onenode-")
 	if err != nil {

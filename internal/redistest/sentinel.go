@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -34,7 +33,7 @@ type Sentinels struct {
 // them, and waits until every Sentinel knows every replica and every other
 // Sentinel, so that killing the primary then fails it over. A Sentinel
 // judges the primary down after 1 s of silence.
-func StartSentinels(t testing.TB, replicas, watchers int) *Sentinels {
+func StartSentinels(t TB, replicas, watchers int) *Sentinels {
 	t.Helper()
 	if replicas < 1 || watchers < 1 {
 		t.Fatalf("redistest: %d replicas and %d Sentinels: want at least one of each", replicas, watchers)

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -38,7 +37,7 @@ type Server struct {
 
 // Standalone starts a standalone redis-server for the test and kills it when
 // the test ends. It fails the test if the server does not start.
-func Standalone(t testing.TB) *Server {
+func Standalone(t TB) *Server {
 	t.Helper()
 	s, stop, err := NewStandalone()
 	if err != nil {
@@ -51,7 +50,7 @@ func Standalone(t testing.TB) *Server {
 // StandaloneWith is Standalone with extra redis-server arguments after the
 // test defaults, for example "--enable-debug-command", "yes" to let a test
 // pause the server with DEBUG SLEEP.
-func StandaloneWith(t testing.TB, args ...string) *Server {
+func StandaloneWith(t TB, args ...string) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	s, err := startOnFreePort(dir, false, args)

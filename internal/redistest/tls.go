@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"testing"
 )
 
 // TLS sets up a TLS port on a server, beside its plaintext one. The
@@ -54,7 +53,7 @@ func (s *Server) TLSAddr() string {
 }
 
 // StandaloneTLS is Standalone with a TLS port set up by tls.
-func StandaloneTLS(t testing.TB, tls TLS) *Server {
+func StandaloneTLS(t TB, tls TLS) *Server {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "redistest-tls-")
 	if err != nil {
@@ -71,7 +70,7 @@ func StandaloneTLS(t testing.TB, tls TLS) *Server {
 
 // StartClusterTLS is StartCluster with a TLS port on every node, set up by
 // tls. TLSAddrs are the seeds for a client.
-func StartClusterTLS(t testing.TB, primaries, replicasPerPrimary int, tls TLS) *Cluster {
+func StartClusterTLS(t TB, primaries, replicasPerPrimary int, tls TLS) *Cluster {
 	t.Helper()
 	c, stop, err := newCluster(primaries, replicasPerPrimary, func(dir string) (*Server, error) {
 		return startTLSOnFreePort(dir, true, tls)

@@ -56,6 +56,7 @@ func (s *Service) adminRouteTable() []adminRoute {
 	route("POST", "/rollout/halt", RoleWrite, s.decideByHand("halted"))
 	route("GET", "/fleet", RoleRead, s.fleet)
 	route("PUT", "/ruleset", RoleWrite, s.applyRuleSet)
+	route("GET", "/usage/{key}", RoleRead, s.usage)
 	route("GET", admin.ExplainPath, RoleRead, s.explain)
 	route("GET", admin.RefusedPath, RoleRead, s.refused)
 	// The description is public: it holds no data.
@@ -167,9 +168,9 @@ func insertRule(ctx context.Context, tx pgx.Tx, rule rules.Rule, override bool) 
 		return 0, err
 	}
 	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO rules (scope, match, limits, mode, fail_mode, expires_at, reason, override, version)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0) RETURNING id`,
-		rule.Scope, match, lims, mode, failMode, expires, rule.Reason, override).Scan(&id)
+	err = tx.QueryRow(ctx, `INSERT INTO rules (scope, match, limits, mode, fail_mode, expires_at, reason, override, version, quotas, concurrency)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10) RETURNING id`,
+		rule.Scope, match, lims, mode, failMode, expires, rule.Reason, override, quotasJSON(rule), rule.Concurrency).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert rule: %w", err)
 	}
@@ -239,7 +240,8 @@ func updateRule(ctx context.Context, tx pgx.Tx, id int64, rule rules.Rule) error
 		return err
 	}
 	_, err = tx.Exec(ctx, `UPDATE rules SET scope = $1, match = $2, limits = $3, mode = $4, fail_mode = $5,
-		expires_at = $6, reason = $7 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id)
+		expires_at = $6, reason = $7, quotas = $9, concurrency = $10 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id,
+		quotasJSON(rule), rule.Concurrency)
 	if err != nil {
 		return fmt.Errorf("update rule %d: %w", id, err)
 	}

@@ -143,7 +143,7 @@ func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
 	return eps, nil
 }
 
-const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override"
+const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas, concurrency"
 
 // readRules reads the rules a WHERE clause selects, in ID order, and which
 // of them are emergency overrides.
@@ -174,11 +174,12 @@ func scanRule(row pgx.Row, extra ...any) (rules.Rule, bool, error) {
 	var (
 		r              rules.Rule
 		match, lims    []byte
+		quotas         []byte
 		expires        *time.Time
 		mode, failMode string
 		override       bool
 	)
-	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override}, extra...)
+	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override, &quotas, &r.Concurrency}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return r, false, err
 	}
@@ -191,6 +192,12 @@ func scanRule(row pgx.Row, extra ...any) (rules.Rule, bool, error) {
 	}
 	if err := json.Unmarshal(lims, &r.Limits); err != nil {
 		return r, false, fmt.Errorf("rule %d: limits: %w", r.ID, err)
+	}
+	if err := json.Unmarshal(quotas, &r.Quotas); err != nil {
+		return r, false, fmt.Errorf("rule %d: quotas: %w", r.ID, err)
+	}
+	if len(r.Quotas) == 0 {
+		r.Quotas = nil
 	}
 	return r, override, nil
 }

@@ -94,6 +94,7 @@ var apiOps = []apiOp{
 	{"GET", "/fleet", "the gateways that polled within the gateway TTL", rulesvc.RoleRead, nil, nil, 200, admin.Fleet{}},
 	{"PUT", "/ruleset", "make a document the whole rule set in one version, answering the differences", rulesvc.RoleWrite,
 		[]apiParam{{"dry_run", "boolean", "store nothing; answer the differences"}}, rules.Document{}, 200, admin.Applied{}},
+	{"GET", "/usage/{key}", "the current period's counts of an API key's quotas, from the gateways' Redis", rulesvc.RoleRead, nil, nil, 200, rulesvc.Usage{}},
 	{"GET", "/explain", "why a key is limited on one request: its plan, every matching rule with its source, the tightest limit, its state and last refusal", rulesvc.RoleRead,
 		[]apiParam{{"key", "string", "the API key (required)"}, {"method", "string", "the request's method (default GET)"},
 			{"path", "string", "the request's path (required)"}, {"region", "string", "the region whose shares to show, read from the quota balancer"}}, nil, 200, admin.Explanation{}},
@@ -349,7 +350,7 @@ func validate(doc, schema map[string]any, v any, at string) []string {
 // a gateway and shadow counts.
 func TestOpenAPIMatchesHandlers(t *testing.T) {
 	t.Parallel()
-	r := startReplica(t, newSchema(t), rulesvc.Config{MaxOverride: 7 * 24 * time.Hour, Canary: rulesvc.Canary{Window: time.Hour}})
+	r := startReplica(t, newSchema(t), rulesvc.Config{MaxOverride: 7 * 24 * time.Hour, Canary: rulesvc.Canary{Window: time.Hour}, Counts: usageCounts(t)})
 	base := r.srv.URL
 
 	var doc map[string]any
@@ -475,6 +476,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	do("GET", "/rules/{id}", "/admin/v1/rules/999999", nil, 404, nil)
 	do("PUT", "/ruleset", "/admin/v1/ruleset", map[string]any{"rules": []any{}, "colour": "red"}, 400, nil)
 	do("GET", "/openapi.json", "/admin/v1/openapi.json", nil, 200, nil)
+	do("GET", "/usage/{key}", "/admin/v1/usage/key_pro", nil, 200, nil)
 
 	for _, op := range apiOps {
 		if !exercised[op.method+" "+op.path] {

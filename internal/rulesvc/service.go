@@ -103,6 +103,10 @@ type Config struct {
 	// ReportRetention is how long gateways' reports are kept. Zero means
 	// 7 days.
 	ReportRetention time.Duration
+	// Counts reads the gateways' quota counters for GET
+	// /admin/v1/usage/{key} (a redisstore.Store on the gateways' Redis).
+	// Nil answers that endpoint with 501.
+	Counts CountReader
 	// Store, if set, is read by GET /admin/v1/explain for a key's state
 	// of each limit, never taken from (admin.ExplainInput.Store): the
 	// gateways' Redis, given with --redis. Nil leaves the state out.
@@ -112,7 +116,7 @@ type Config struct {
 	// explain shows none.
 	Share func(storeKey, limitName string) (limit.Fraction, bool)
 	// Balancer, if set, is where explain reads a key's region shares when
-	// asked with ?region= (--balancer-url, --balancer-token-file). It
+	// asked with ?region= (--balancer-url, $SLUICE_BALANCER_TOKEN). It
 	// takes precedence over Share for such a question.
 	Balancer *BalancerShares
 	// Registerer receives the service's metrics. Nil means none.

@@ -8,19 +8,31 @@
 -- only its ceiling over period is compared, so the estimate agrees with Go
 -- exactly.
 --
--- State: one string "<window start ms> <tokens this window> <tokens the
--- window before>", written with PSETEX.
+-- State: 24 bytes, three little-endian doubles (struct '<ddd'), each an
+-- integer below 2^53: the window's start in ms, the tokens taken in it and
+-- the tokens taken in the window before. Binary, as the token bucket's
+-- (alg_token_bucket.lua): unpacking three numbers costs a fraction of
+-- matching a pattern and converting three strings, and packing a fraction
+-- of formatting them, which is most of what this script did besides its
+-- three commands (docs/envoy.md, issue 20). The key ends in ':b'
+-- (redisstore/key.go), so a gateway of a version that kept the state as
+-- text "<start> <this> <before>" never reads this format, nor this one the
+-- text.
 
 ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   local stored_ws, stored_cur, stored_prev
   local caller = now -- the time asked about, before any standing still
   local stored = call('GET', key)
   if stored then
-    local a, b, c = string.match(stored, '^(%d+) (%d+) (%d+)$')
-    if not a then
+    if #stored ~= 24 then
       bad_state(key, stored)
     end
-    stored_ws, stored_cur, stored_prev = tonumber(a), tonumber(b), tonumber(c)
+    stored_ws, stored_cur, stored_prev = sunpack('<ddd', stored)
+    if not (stored_ws >= 0 and stored_ws < 2^53 and stored_ws % 1 == 0 and
+            stored_cur >= 0 and stored_cur < 2^53 and stored_cur % 1 == 0 and
+            stored_prev >= 0 and stored_prev < 2^53 and stored_prev % 1 == 0) then
+      bad_state(key, stored)
+    end
     -- A clock that stepped back stands still at the stored window.
     if stored_ws > now then
       now = stored_ws
@@ -57,5 +69,5 @@ ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   cur = cur + cost
   -- This window's count weighs on the next one too: keep it until then,
   -- counted from the caller's time (see alg_fixed_window.lua).
-  return 1, remaining - cost, 0, reset, fmt('%d %d %d', ws, cur, prev), ws + 2 * period - caller
+  return 1, remaining - cost, 0, reset, spack('<ddd', ws, cur, prev), ws + 2 * period - caller
 end

@@ -48,11 +48,11 @@ for i, key in ipairs(KEYS) do
         end
         out = string.format('%s %d', ws, math.max(tonumber(used) - cost, 0))
       elseif alg == 'sliding_window' then
-        local ws, cur, prev = string.match(v, '^(%d+) (%d+) (%d+)$')
-        if not ws then
+        if #v ~= 24 then
           return redis.error_reply('bad state in ' .. key)
         end
-        out = string.format('%s %d %s', ws, math.max(tonumber(cur) - cost, 0), prev)
+        local ws, cur, prev = struct.unpack('<ddd', v)
+        out = struct.pack('<ddd', ws, math.max(cur - cost, 0), prev)
       elseif alg == 'gcra' then
         local tat = tonumber(string.match(v, '^(%-?%d+)$'))
         if not tat then

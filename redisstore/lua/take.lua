@@ -434,6 +434,26 @@ local function take(keys, args)
     -- creates is full, and gives want): the general path's passes, which
     -- read the bucket again.
   end
+  if n == 1 and not r[4][5] and not r[4][7] and want == cost and not test_clock then
+    -- One enforced limit of a window algorithm (or GCRA) under Redis's
+    -- clock, taken at its cost: what rls sends for each descriptor. One
+    -- pass, no tables filled, no pcall: the algorithm raises any error
+    -- before the one write.
+    local sp, key = r[4], keys[1]
+    local at = redis_now()
+    local allowed, remaining, retry, reset, value, ttl = sp[1](key, at, cost, sp[2], sp[3], sp[4])
+    REPLY[1] = 0
+    if allowed == 1 then
+      if type(value) == 'function' then
+        value()
+      else
+        write(key, value, ttl, at)
+      end
+      REPLY[1] = cost
+    end
+    REPLY[2], REPLY[3], REPLY[4], REPLY[5], REPLY[6] = allowed, remaining, retry, reset, nil
+    return REPLY
+  end
   for i = 1, n do
     FRESH[i] = false
   end

