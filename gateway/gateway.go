@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -68,6 +69,12 @@ type Config struct {
 	// Timeout bounds each store call. Zero means no bound beyond the
 	// request's own context.
 	Timeout time.Duration
+	// Settle settles the cost of a request to an endpoint with a cost
+	// header (rules.Endpoint.CostHeader) once its response has ended. Nil
+	// means Store, if it is a Settler; without one, cost headers are
+	// stripped from responses and the estimate stands. Only Middleware
+	// settles: Check alone cannot see the response.
+	Settle Settler
 	// OnDecision, if set, is called after every store call: once for the
 	// request's enforced limits and, when it has shadow limits, once more
 	// for them (Event.Shadow), both from the request's one store call. It
@@ -128,6 +135,7 @@ type Limiter struct {
 	now                  func() time.Time
 	timeout              time.Duration
 	onDecision           func(Event)
+	settler              Settler
 }
 
 // New returns a Limiter for cfg.
@@ -150,6 +158,10 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{Now: l.now})
+	}
+	l.settler = cfg.Settle
+	if st, ok := l.store.(Settler); ok && l.settler == nil {
+		l.settler = st
 	}
 	l.sampled = newSampler(logEvery)
 	for i, p := range cfg.TrustedProxies {
@@ -177,7 +189,11 @@ func New(cfg Config) (*Limiter, error) {
 // the store is failing 503, each with a problem document.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := l.Check(w, r); err != nil {
+		start := time.Now()
+		var p pending
+		err := l.check(w, r, &p)
+		l.metrics.observe(time.Since(start))
+		if err != nil {
 			WriteError(w, err)
 			return
 		}
@@ -189,7 +205,11 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		defer slot.Release()
-		next.ServeHTTP(w, r)
+		if p.header == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		l.serveAndSettle(w, r, next, &p)
 	})
 }
 
@@ -198,7 +218,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 // Middleware is Check followed by WriteError or the next handler.
 func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	err := l.check(w, r)
+	err := l.check(w, r, nil)
 	l.metrics.observe(time.Since(start))
 	return err
 }
@@ -214,7 +234,9 @@ type pooledRequest struct {
 	limits []limit.Limit
 }
 
-func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
+// check limits one request; when p is not nil and the request passes to
+// an endpoint with a cost header, it fills p for the settle.
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) error {
 	set := l.rules.Current()
 	if set == nil {
 		return nil
@@ -232,6 +254,11 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
 	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version, plan: l.metrics.plan(set, res.Plan)}
+	if p != nil && res.CostHeader != "" {
+		// Stripped from the response whatever happens; settled only when
+		// the store took the estimate (below).
+		p.header = res.CostHeader
+	}
 
 	if len(res.Limits) == 0 && len(res.Shadow) == 0 {
 		l.unlimited(cl)
@@ -270,9 +297,21 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
+	if !d.Allowed && d.RetryAfter != limit.Never {
+		l.countRefusal(cl, &res, req, &d, src)
+	}
 	b := limit.BudgetOf(lim, &d)
 	SetRateHeaders(w.Header(), &b)
 	if d.Allowed {
+		if p != nil && res.CostHeader != "" {
+			p.key, p.limits, p.estimate, p.cl = req.Key, res.Limits, req.EffectiveCost(), cl
+			if res.Org != "" {
+				// The org's store limits, renamed per key, live in the
+				// pooled request: copied, since it is reused once check
+				// returns.
+				p.limits = slices.Clone(req.Limits[:len(res.Limits)])
+			}
+		}
 		l.metrics.decision(outcomeAllowed, lim.Name, src, cl.plan)
 		if src == limit.FromLocalFallback {
 			l.logDecision(cl, slog.LevelInfo, "rate limit decision",
@@ -282,8 +321,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	l.metrics.decision(outcomeRefused, lim.Name, src, cl.plan)
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
-		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter})
-	return refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
+		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter, checked: res.Limits})
+	e := refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
+	nameRule(e, &res, &d, cl.version)
+	return e
 }
 
 // call is what the store calls of one request share.
@@ -381,6 +422,7 @@ type logLine struct {
 	source  limit.Source  // the path that answered
 	wait    time.Duration // a refusal's retry time
 	err     error         // the store's, for a failure
+	checked []limit.Limit // every enforced limit of a refused request
 }
 
 // logDecision writes one line of the decision log, unless the caller's key
@@ -405,6 +447,9 @@ func (l *Limiter) logDecision(cl call, level slog.Level, msg string, line logLin
 	attrs = append(attrs, slog.String("source", string(line.source)), slog.Int64("rules_version", cl.version))
 	if line.outcome == outcomeRefused {
 		attrs = append(attrs, slog.Int64("retry_after_ms", line.wait.Milliseconds()))
+	}
+	if len(line.checked) > 1 {
+		attrs = append(attrs, slog.Any("limits", limitNames(line.checked)))
 	}
 	if line.err != nil {
 		attrs = append(attrs, slog.Any("error", line.err))

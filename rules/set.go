@@ -169,6 +169,8 @@ func Compile(doc Document, version int64) (*Set, error) {
 			return nil, &FieldError{Where: where, Field: "cost", Problem: fmt.Sprintf("%d is negative", ep.Cost)}
 		case ep.Method != "" && ep.Method != strings.ToUpper(ep.Method):
 			return nil, &FieldError{Where: where, Field: "method", Problem: fmt.Sprintf("%q must be upper case", ep.Method)}
+		case checkCostHeader(ep.CostHeader) != nil:
+			return nil, &FieldError{Where: where, Field: "cost_header", Problem: checkCostHeader(ep.CostHeader).Error()}
 		}
 		names[ep.Name] = true
 		s.endpoints = append(s.endpoints, ep)
@@ -307,6 +309,9 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	default:
 		return fe("fail_mode", "%q is not open or closed", r.FailMode)
 	}
+	if err := r.Refusals.check(); err != nil {
+		return fe("refusals", "%v", err)
+	}
 	if len(r.Limits) == 0 && len(r.Quotas) == 0 && r.Concurrency == 0 {
 		return fe("limits", "a rule needs at least one limit, a quota or a concurrency")
 	}
@@ -390,6 +395,9 @@ type Resolution struct {
 	// (package inflight), from ConcurrencyRule; zero means none.
 	Concurrency     int64
 	ConcurrencyRule *Rule
+	// CostHeader is the endpoint's Endpoint.CostHeader: the response
+	// header or trailer holding the true cost, Cost being the estimate.
+	CostHeader string
 }
 
 // HasConcurrency reports whether any rule of s sets a concurrency limit,
@@ -412,22 +420,7 @@ func (s *Set) Key(apiKey string) (KeyInfo, bool) {
 // Resolution's slices are shared with every other request: read them,
 // never write to them.
 func (s *Set) Resolve(now time.Time, q Query) Resolution {
-	k := resolveKey{ip: q.APIKey == "", endpoint: q.Endpoint}
-	if !k.ip {
-		info, known := q.Info, q.Known
-		if !q.LookedUp {
-			info, known = s.keys[q.APIKey]
-		}
-		if known {
-			k.plan = info.Plan
-		}
-		if _, ok := s.byMatch[matchKey{scope: ScopeKey, key: q.APIKey}]; ok {
-			k.key = q.APIKey
-		}
-		if known && info.Org != "" && s.hasOrg {
-			k.org = info.Org
-		}
-	}
+	k := s.keyOf(q)
 	if v, ok := s.resolved.Load(k); ok {
 		if r := v.(*resolved); !now.Before(r.from) && (r.until.IsZero() || now.Before(r.until)) {
 			return r.res
@@ -441,46 +434,11 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 // resolve computes the Resolution for k at now.
 func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	var res Resolution
-	var cands [10][]compiled
-	n := 0
-	add := func(mk matchKey) {
-		if cs := s.byMatch[mk]; len(cs) > 0 {
-			cands[n] = cs
-			n++
-		}
+	res.Org = k.org
+	if !k.ip {
+		res.Plan = k.plan
 	}
-	if k.org != "" {
-		res.Org = k.org
-		add(matchKey{scope: ScopeOrg})
-		add(matchKey{scope: ScopeOrg, org: k.org})
-		if k.endpoint != "" {
-			add(matchKey{scope: ScopeOrg, ep: k.endpoint})
-			add(matchKey{scope: ScopeOrg, org: k.org, ep: k.endpoint})
-		}
-	}
-	if k.ip {
-		if len(s.ip) > 0 {
-			cands[n] = s.ip
-			n++
-		} else {
-			add(matchKey{scope: ScopeDefault})
-		}
-	} else {
-		add(matchKey{scope: ScopeDefault})
-		if k.plan != "" {
-			res.Plan = k.plan
-			add(matchKey{scope: ScopePlan, plan: k.plan})
-			if k.endpoint != "" {
-				add(matchKey{scope: ScopePlan, plan: k.plan, ep: k.endpoint})
-			}
-		}
-		if k.key != "" {
-			add(matchKey{scope: ScopeKey, key: k.key})
-		}
-	}
-	if k.endpoint != "" {
-		add(matchKey{scope: ScopeEndpoint, ep: k.endpoint})
-	}
+	cands, n := s.matching(k)
 	// Merge by limit name, the most specific rule winning.
 	type pick struct {
 		l    limit.Limit
@@ -588,7 +546,73 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 			if ep.Name == k.endpoint && ep.Cost > 0 {
 				res.Cost = int64(ep.Cost)
 			}
+			if ep.Name == k.endpoint {
+				res.CostHeader = ep.CostHeader
+			}
 		}
 	}
 	return &resolved{res: res, from: now, until: until}
+}
+
+// keyOf returns what the Resolution of q depends on.
+func (s *Set) keyOf(q Query) resolveKey {
+	k := resolveKey{ip: q.APIKey == "", endpoint: q.Endpoint}
+	if !k.ip {
+		info, known := q.Info, q.Known
+		if !q.LookedUp {
+			info, known = s.keys[q.APIKey]
+		}
+		if known {
+			k.plan = info.Plan
+		}
+		if _, ok := s.byMatch[matchKey{scope: ScopeKey, key: q.APIKey}]; ok {
+			k.key = q.APIKey
+		}
+		if known && info.Org != "" && s.hasOrg {
+			k.org = info.Org
+		}
+	}
+	return k
+}
+
+// matching returns the compiled rules that may apply to a request of k,
+// least specific first, in up to ten groups; the first n are filled.
+func (s *Set) matching(k resolveKey) (cands [10][]compiled, n int) {
+	add := func(mk matchKey) {
+		if cs := s.byMatch[mk]; len(cs) > 0 {
+			cands[n] = cs
+			n++
+		}
+	}
+	if k.org != "" {
+		add(matchKey{scope: ScopeOrg})
+		add(matchKey{scope: ScopeOrg, org: k.org})
+		if k.endpoint != "" {
+			add(matchKey{scope: ScopeOrg, ep: k.endpoint})
+			add(matchKey{scope: ScopeOrg, org: k.org, ep: k.endpoint})
+		}
+	}
+	if k.ip {
+		if len(s.ip) > 0 {
+			cands[n] = s.ip
+			n++
+		} else {
+			add(matchKey{scope: ScopeDefault})
+		}
+	} else {
+		add(matchKey{scope: ScopeDefault})
+		if k.plan != "" {
+			add(matchKey{scope: ScopePlan, plan: k.plan})
+			if k.endpoint != "" {
+				add(matchKey{scope: ScopePlan, plan: k.plan, ep: k.endpoint})
+			}
+		}
+		if k.key != "" {
+			add(matchKey{scope: ScopeKey, key: k.key})
+		}
+	}
+	if k.endpoint != "" {
+		add(matchKey{scope: ScopeEndpoint, ep: k.endpoint})
+	}
+	return cands, n
 }

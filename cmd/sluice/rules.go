@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -27,10 +28,11 @@ const (
 
 // rulesOptions are the rules service's command-line flags.
 type rulesOptions struct {
-	cfg        rulesvc.Config
-	redis      redisstore.Config // the gateways' Redis, for GET /admin/v1/usage
-	listen     string
-	tokensFile string
+	cfg         rulesvc.Config
+	redis       redisstore.Config // the gateways' Redis, for /admin/v1/usage and explain
+	balancerURL string            // for explain's region shares
+	listen      string
+	tokensFile  string
 	runFlags
 }
 
@@ -76,6 +78,7 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
 	redis := addRedisFlags(fs)
 	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
+	fs.StringVar(&o.balancerURL, "balancer-url", "", "base `URL` of the quota balancer, read by explain?region= for a key's region shares; its operator token (one without a region) comes from $"+envBalancerToken)
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -135,15 +138,22 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 
-	// With the gateways' Redis, /admin/v1/usage reads their quota counts.
+	// With the gateways' Redis, /admin/v1/usage reads their quota counts
+	// and explain their buckets (read, never taken from).
 	if rc := o.redis; len(rc.Addrs) > 0 {
 		rc.Logger = logger
 		rs, err := redisstore.New(ctx, rc)
 		if err != nil {
-			return err
+			return fmt.Errorf("--redis: %w", err)
 		}
 		defer rs.Close()
-		o.cfg.Counts = rs
+		o.cfg.Counts, o.cfg.Store = rs, rs
+	}
+	if o.balancerURL != "" {
+		if !strings.HasPrefix(o.balancerURL, "http://") && !strings.HasPrefix(o.balancerURL, "https://") {
+			return fmt.Errorf("--balancer-url %q: want an http:// or https:// URL", o.balancerURL)
+		}
+		o.cfg.Balancer = &rulesvc.BalancerShares{URL: o.balancerURL, Token: os.Getenv(envBalancerToken)}
 	}
 	svc, err := rulesvc.New(ctx, o.cfg)
 	if err != nil {

@@ -57,6 +57,8 @@ func (s *Service) adminRouteTable() []adminRoute {
 	route("GET", "/fleet", RoleRead, s.fleet)
 	route("PUT", "/ruleset", RoleWrite, s.applyRuleSet)
 	route("GET", "/usage/{key}", RoleRead, s.usage)
+	route("GET", admin.ExplainPath, RoleRead, s.explain)
+	route("GET", admin.RefusedPath, RoleRead, s.refused)
 	// The description is public: it holds no data.
 	rs = append(rs, adminRoute{"GET", "/openapi.json", http.HandlerFunc(serveOpenAPI)})
 	return rs
@@ -150,6 +152,9 @@ func decodeRule(r *http.Request, id int64) (rules.Rule, error) {
 	}
 	if rule.ID != 0 && rule.ID != id {
 		return rule, badRequest("id", "is assigned by the service; %d does not match the path", rule.ID)
+	}
+	if err := checkStoredRule("", &rule); err != nil {
+		return rule, err
 	}
 	if !rule.ExpiresAt.IsZero() && !rule.ExpiresAt.After(time.Now()) {
 		return rule, badRequest("expires_at", "%s is in the past", rule.ExpiresAt.Format(time.RFC3339))
