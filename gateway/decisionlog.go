@@ -80,6 +80,9 @@ func ruleAttrs(rule *rules.Rule, hashKey bool) slog.Value {
 			attrs = append(attrs, slog.String(kv[0], kv[1]))
 		}
 	}
+	if isOverride(rule) {
+		attrs = append(attrs, slog.Bool("override", true), slog.Time("expires_at", rule.ExpiresAt))
+	}
 	if rule.ID != 0 {
 		attrs = append(attrs, slog.Int64("id", rule.ID))
 	}

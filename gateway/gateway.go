@@ -267,8 +267,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	l.metrics.decision(outcomeRefused, lim.Name, src, cl.plan)
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
-		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter})
-	return refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
+		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter, checked: res.Limits})
+	e := refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
+	nameRule(e, &res, d.Index, cl.version)
+	return e
 }
 
 // call is what the store calls of one request share.
@@ -366,6 +368,7 @@ type logLine struct {
 	source  limit.Source  // the path that answered
 	wait    time.Duration // a refusal's retry time
 	err     error         // the store's, for a failure
+	checked []limit.Limit // every enforced limit of a refused request
 }
 
 // logDecision writes one line of the decision log, unless the caller's key
@@ -390,6 +393,9 @@ func (l *Limiter) logDecision(cl call, level slog.Level, msg string, line logLin
 	attrs = append(attrs, slog.String("source", string(line.source)), slog.Int64("rules_version", cl.version))
 	if line.outcome == outcomeRefused {
 		attrs = append(attrs, slog.Int64("retry_after_ms", line.wait.Milliseconds()))
+	}
+	if len(line.checked) > 1 {
+		attrs = append(attrs, slog.Any("limits", limitNames(line.checked)))
 	}
 	if line.err != nil {
 		attrs = append(attrs, slog.Any("error", line.err))

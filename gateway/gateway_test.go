@@ -189,6 +189,12 @@ func TestHeadersOfASequence(t *testing.T) {
 		t.Errorf("request 11: Retry-After %q, want 1 (200 ms rounded up)", got)
 	}
 	p := decodeProblem(t, resp, body)
+	// The refusing rule is named: the default rule of a rules file.
+	if p.Rule == nil || *p.Rule != (gateway.ProblemRule{Scope: rules.ScopeDefault}) ||
+		len(p.Limits) != 1 || p.Limits[0] != (gateway.ProblemLimit{Name: "s", Quota: 10, Window: 2, Refused: true, Rule: *p.Rule}) {
+		t.Errorf("problem rule %+v limits %+v, want the default rule's s, 10 per 2 s, refusing", p.Rule, p.Limits)
+	}
+	p.Rule, p.Limits = nil, nil
 	want := gateway.Problem{Type: gateway.QuotaExceeded, Title: p.Title, Status: 429, Detail: p.Detail,
 		Limit: "s", ViolatedPolicies: []string{"s"}, RetryAfterMillis: 200}
 	if fmt.Sprint(p) != fmt.Sprint(want) {

@@ -32,6 +32,12 @@ type Problem struct {
 	// RetryAfterMillis is how long to wait before the same request can
 	// pass, in milliseconds.
 	RetryAfterMillis int64 `json:"retry_after_ms,omitempty"`
+	// Rule names the rule of the limit that refused the request: its
+	// scope, plan or override, rule ID and rules version.
+	Rule *ProblemRule `json:"rule,omitempty"`
+	// Limits are every enforced limit the refused request was checked
+	// against, the refusing one marked.
+	Limits []ProblemLimit `json:"limits,omitempty"`
 }
 
 // Error is an error the gateway answers with a problem document instead of

@@ -2,11 +2,13 @@ package limit
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // Algorithm names how a limit counts. The zero value means [TokenBucket].
@@ -339,6 +341,138 @@ type Decision struct {
 	// zero value (not Checked) means the request had none, or the answer
 	// checked no limit (a fail-closed refusal, a shed request).
 	Shadow ShadowVerdict
+	// Results holds every limit's own answer, in the order of
+	// Request.Limits, when a store checked several limits or a shadow one
+	// (memstore and redisstore fill it). It is empty for a request of one
+	// enforced limit, whose answer is the Decision itself, and for an
+	// answer that checked no limit or did not say; [Decision.Result]
+	// reads it either way.
+	Results Results
+}
+
+// Result is one limit's own answer within a Decision.
+type Result struct {
+	// Allowed reports whether this limit had room for the cost. A limit
+	// can have room in a request another limit refused.
+	Allowed bool
+	// Remaining is how many tokens the limit holds after the request:
+	// after the take when its group (the enforced limits, or the shadow
+	// ones) took it, and as it is, nothing taken, when its group was
+	// refused.
+	Remaining int64
+	// RetryAfter is how long until this limit has room for the cost: zero
+	// when it had, Never when it never will.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limit is full again (window
+	// algorithms: until its window ends), counted as if the cost had been
+	// taken when the limit had room for it.
+	ResetAfter time.Duration
+}
+
+// resultSize is the packed length of one Result in Results: a byte for
+// Allowed and three little-endian int64s.
+const resultSize = 25
+
+// Results is a list of Result, one per limit of a request. It is a value,
+// comparable with ==, so that two Decisions with the same answers are
+// equal; its zero value holds none. Building one costs one allocation.
+type Results struct{ packed string }
+
+// NewResults returns the Results holding rs, in order.
+func NewResults(rs []Result) Results {
+	if len(rs) == 0 {
+		return Results{}
+	}
+	b := make([]byte, 0, len(rs)*resultSize)
+	for i := range rs {
+		b = appendResult(b, &rs[i])
+	}
+	return packed(b)
+}
+
+// packed returns b as Results without copying it; b is not used again.
+func packed(b []byte) Results { return Results{unsafe.String(unsafe.SliceData(b), len(b))} }
+
+// appendResult appends r's packed form to b.
+func appendResult(b []byte, r *Result) []byte {
+	a := byte(0)
+	if r.Allowed {
+		a = 1
+	}
+	b = append(b, a)
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.Remaining))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.RetryAfter))
+	return binary.LittleEndian.AppendUint64(b, uint64(r.ResetAfter))
+}
+
+// Len reports how many Results r holds.
+func (r Results) Len() int { return len(r.packed) / resultSize }
+
+// At returns the i-th Result; it panics when i is out of range, as a
+// slice index does.
+func (r Results) At(i int) Result {
+	p := r.packed[i*resultSize : (i+1)*resultSize]
+	return Result{
+		Allowed:    p[0] == 1,
+		Remaining:  int64(binary.LittleEndian.Uint64([]byte(p[1:9]))),
+		RetryAfter: time.Duration(binary.LittleEndian.Uint64([]byte(p[9:17]))),
+		ResetAfter: time.Duration(binary.LittleEndian.Uint64([]byte(p[17:25]))),
+	}
+}
+
+// Result reports the answer of limit i of the request d answers: from
+// Results when the store filled it, else from d itself when i is the limit
+// d describes (Index). ok is false when d does not say: a layer's answer
+// for another limit of a request of several.
+func (d *Decision) Result(i int) (r Result, ok bool) {
+	if n := d.Results.Len(); n > 0 {
+		if i < 0 || i >= n {
+			return r, false
+		}
+		return d.Results.At(i), true
+	}
+	if i != d.Index || i < 0 {
+		return r, false
+	}
+	return Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}, true
+}
+
+// ResultOf is the Result of limit outcome o in a take of cost, whose group
+// (enforced or shadow) took it when taken: a limit with room in a refused
+// group has the cost back in Remaining, since nothing was taken.
+func ResultOf(o *Outcome, cost int64, taken bool) Result {
+	r := Result{Allowed: o.Allowed, Remaining: o.Remaining, ResetAfter: millis(o.ResetAfter)}
+	switch {
+	case o.Allowed && !taken:
+		r.Remaining += cost
+	case o.RetryAfter < 0:
+		r.RetryAfter = Never
+	case !o.Allowed:
+		r.RetryAfter = millis(o.RetryAfter)
+	}
+	return r
+}
+
+// DecideEach is DecideRequest with Results filled, for a store that
+// evaluated every limit of a request of cost: outs[i] is limits[i]'s
+// outcome, at the cost for a group that was refused. A request of one
+// enforced limit gets no Results: the Decision is its answer.
+func DecideEach(outs []Outcome, limits []Limit, cost int64) Decision {
+	d := DecideRequest(outs, limits)
+	if len(outs) < 2 && !d.Shadow.Checked {
+		return d
+	}
+	b := make([]byte, 0, len(outs)*resultSize)
+	for i := range outs {
+		taken := d.Allowed
+		if limits[i].Shadow {
+			taken = d.Shadow.Allowed
+		}
+		r := ResultOf(&outs[i], cost, taken)
+		b = appendResult(b, &r)
+	}
+	d.Results = packed(b)
+	return d
 }
 
 // ShadowVerdict is what a request's shadow limits (Limit.Shadow) would

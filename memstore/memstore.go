@@ -171,19 +171,37 @@ func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
 	sh := s.keys.Of(req.Key)
 	sh.Lock()
 	defer sh.Unlock()
-	d := take(sh, now, req, req.EffectiveCost(), false)
-	takeShadow(sh, now, req, &d)
+	cost := req.EffectiveCost()
+	var stack [8]limit.Result
+	rs := results(stack[:0], req)
+	d := take(sh, now, req, cost, false, rs)
+	takeShadow(sh, now, req, &d, rs)
+	d.Results = limit.NewResults(rs)
 	return d
+}
+
+// results returns the buffer each limit's Result is written to for req:
+// none for a request of one enforced limit, whose Decision is its answer
+// (limit.DecideEach), else one per limit, in buf when it fits.
+func results(buf []limit.Result, req *limit.Request) []limit.Result {
+	n := len(req.Limits)
+	if n < 2 && !req.HasShadow() {
+		return nil
+	}
+	if cap(buf) < n {
+		return make([]limit.Result, n)
+	}
+	return buf[:n]
 }
 
 // takeShadow checks req's shadow limits, if any, at its cost, takes it from
 // them if they all allow it, and puts their verdict in d. The caller holds
 // sh's lock, the same hold as the enforced limits' take.
-func takeShadow(sh *stripe, now int64, req *limit.Request, d *limit.Decision) {
+func takeShadow(sh *stripe, now int64, req *limit.Request, d *limit.Decision, rs []limit.Result) {
 	if !req.HasShadow() {
 		return
 	}
-	v := take(sh, now, req, req.EffectiveCost(), true)
+	v := take(sh, now, req, req.EffectiveCost(), true, rs)
 	d.Shadow = limit.ShadowVerdict{Checked: true, Allowed: v.Allowed, Index: v.Index, Remaining: v.Remaining, RetryAfter: v.RetryAfter}
 }
 
@@ -201,8 +219,9 @@ func sweepIfDue(sh *stripe, now int64) {
 
 // take checks req's limits of one group, enforced or shadow, at cost and
 // takes it from them if every one allows; the other group's limits are
-// neither read nor written. The caller holds sh's lock.
-func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool) limit.Decision {
+// neither read nor written. When rs is not nil, rs[i] is set to the
+// Result of each limit i of the group. The caller holds sh's lock.
+func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool, rs []limit.Result) limit.Decision {
 	var buf [4]limit.Outcome
 	outs := buf[:0]
 	e := sh.M[req.Key]
@@ -235,6 +254,13 @@ func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool) li
 	}
 	d := limit.DecideGroup(outs, req.Limits, shadow)
 	d.Source = limit.FromMemory
+	if rs != nil {
+		for i := range req.Limits {
+			if req.Limits[i].Shadow == shadow {
+				rs[i] = limit.ResultOf(&outs[i], cost, d.Allowed)
+			}
+		}
+	}
 	if d.Allowed && group {
 		if e == nil {
 			e = &entry{}

@@ -42,16 +42,20 @@ func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, li
 	sh := s.keys.Of(req.Key)
 	sh.Lock()
 	defer sh.Unlock()
+	var stack [8]limit.Result
+	rs := results(stack[:0], req)
 	for try := max(want, cost); try > cost; {
-		d := take(sh, now, req, try, false)
+		d := take(sh, now, req, try, false, rs)
 		if d.Allowed {
-			takeShadow(sh, now, req, &d)
+			takeShadow(sh, now, req, &d, rs)
+			d.Results = limit.NewResults(rs)
 			return try, d
 		}
 		try = min(try-1, d.Remaining)
 	}
-	d := take(sh, now, req, cost, false)
-	takeShadow(sh, now, req, &d)
+	d := take(sh, now, req, cost, false, rs)
+	takeShadow(sh, now, req, &d, rs)
+	d.Results = limit.NewResults(rs)
 	if !d.Allowed {
 		return 0, d
 	}

@@ -526,7 +526,7 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	if err != nil {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), ErrReply, err)
 	}
-	d := limit.DecideRequest(sc.outs, req.Limits)
+	d := limit.DecideEach(sc.outs, req.Limits, cost)
 	d.Source = limit.FromRedis
 	return granted, d, nil
 }

@@ -9,13 +9,14 @@
 // in a value, share_threshold), with three extensions in the rate_limit
 // block: algorithm, burst and fail_mode. [LoadRules] compiles them; [Watcher] keeps them current.
 //
-// Each request is one limit.Request per cost (hits_addend): the key is
-// the domain, and each limited descriptor is one limit named for its
-// entries (see counterName). So every descriptor of a request is checked
-// and taken in one atomic store call, all or nothing (descriptors of
-// different costs in one call per cost, cheapest first, up to the first
-// refusal), and a descriptor's counter is shared by all
-// requests that carry it, whatever else they carry. The price is that a
-// domain's counters live on one Redis Cluster slot; docs/envoy.md says
-// more.
+// Each limited descriptor of a request is a key of its own: the domain and
+// the descriptor's entries (see counterName), so a domain's counters spread
+// over a Redis Cluster's shards, and a descriptor's counter is shared by
+// all requests that carry it, whatever else they carry. A request's
+// descriptors are taken at once, one atomic call each, pipelined to each
+// node; when one refuses, the others' grants are given back, so a refused
+// request takes nothing once its answer is sent, and each descriptor's
+// status and remaining are its own limit's. Config.OneKeyPerDomain keeps
+// the older layout, every descriptor of a domain under one key, taken all
+// or nothing in one call per cost. docs/envoy.md says more.
 package rls

@@ -29,7 +29,7 @@ type metrics struct {
 	totalHits, overLimit, nearLimit, shadowMode *prometheus.CounterVec
 	requests                                    *prometheus.CounterVec
 	latency                                     prometheus.Histogram
-	storeErrors, globalShadowMode               prometheus.Counter
+	storeErrors, globalShadowMode, givenBacks   prometheus.Counter
 
 	mu sync.Mutex
 	// detailed holds, per domain and configured descriptor, the label
@@ -97,9 +97,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Store calls that failed; the request then passed or, under a fail_mode closed limit, got OVER_LIMIT."}),
 		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rls", Name: "global_shadow_mode_total",
 			Help: "Requests answered OK under --shadow-mode that would have been OVER_LIMIT."}),
+		givenBacks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rls", Name: "given_back_total",
+			Help: "Descriptor grants given back because another descriptor of the same request refused it (each descriptor is its own key)."}),
 		detailed: map[detailedKey]map[string]struct{}{},
 	}
-	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.shadowMode, m.requests, m.latency, m.storeErrors, m.globalShadowMode} {
+	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.shadowMode, m.requests, m.latency, m.storeErrors, m.globalShadowMode, m.givenBacks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: register metrics: %w", err)
 		}
@@ -133,6 +135,12 @@ func (m *metrics) near(domain, desc string, n int64) {
 func (m *metrics) globalShadow() {
 	if m != nil {
 		m.globalShadowMode.Inc()
+	}
+}
+
+func (m *metrics) givenBack(n int) {
+	if m != nil {
+		m.givenBacks.Add(float64(n))
 	}
 }
 

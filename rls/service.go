@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/redisstore"
 )
 
 // RuleSource hands out the rules in force. Current is called once per
@@ -68,6 +68,21 @@ type Config struct {
 	// NearLimitRatio is the share of a limit past which a hit counts as
 	// near the limit. Zero means 0.8, as in envoyproxy/ratelimit.
 	NearLimitRatio float64
+	// GiveBack, when set, returns the hits of a request's descriptors that
+	// were granted when another of its descriptors refused it: each
+	// descriptor is its own key, on its own cluster shard, taken in its
+	// own atomic call, all at once (see docs/envoy.md). Nil means Store,
+	// when it is a GiveBacker (memstore, redisstore); for a Store that is
+	// not, grants stay taken, as envoyproxy/ratelimit keeps them.
+	GiveBack GiveBacker
+	// OneKeyPerDomain keeps every descriptor of a domain under one key, as
+	// sluice did before: one atomic call per cost takes a request's
+	// descriptors all or nothing, and the whole domain lives on one Redis
+	// Cluster shard. False, the default, keys each descriptor on its own,
+	// unless there is nothing to give grants back with (GiveBack nil and
+	// Store neither a GiveBacker nor a stack over redisstore: a decision
+	// stack in process), when a domain stays one key.
+	OneKeyPerDomain bool
 	// ShadowMode answers OK to every request that is not malformed, as
 	// envoyproxy/ratelimit's global SHADOW_MODE does: descriptors are
 	// checked and taken as usual, and each overridden OVER_LIMIT is
@@ -90,11 +105,20 @@ type Service struct {
 	maxBytes   int
 	nearRatio  float64
 	shadowAll  bool
+	giver      GiveBacker // nil: grants are not given back
+	oneKey     bool
 	storeLog   rate.Sometimes // thins out store failure logs
 	ignoreLog  rate.Sometimes // thins out ignored-field logs
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// GiveBacker returns the hits a take granted, to every limit of req:
+// memstore and redisstore are GiveBackers. It must be safe for concurrent
+// use.
+type GiveBacker interface {
+	GiveBack(ctx context.Context, req *limit.Request) error
+}
 
 // New returns a Service for cfg.
 func New(cfg Config) (*Service, error) {
@@ -118,8 +142,15 @@ func New(cfg Config) (*Service, error) {
 		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, timeout: cfg.Timeout,
 		maxDescs: orInt(cfg.MaxDescriptors, 64), maxEntries: orInt(cfg.MaxEntries, maxDepth),
 		maxBytes: orInt(cfg.MaxEntryBytes, 1024), nearRatio: cfg.NearLimitRatio, shadowAll: cfg.ShadowMode,
+		giver: cfg.GiveBack, oneKey: cfg.OneKeyPerDomain,
 		storeLog: rate.Sometimes{Interval: time.Second}, ignoreLog: rate.Sometimes{Interval: time.Second},
 	}
+	if s.giver == nil {
+		s.giver = giverOf(cfg.Store)
+	}
+	// Without a way to give grants back, a domain stays one key, so that
+	// a refused request still takes nothing.
+	s.oneKey = s.oneKey || s.giver == nil
 	if s.nearRatio == 0 {
 		s.nearRatio = 0.8
 	}
@@ -134,6 +165,21 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// giverOf returns what gives back store's grants: store itself when it
+// can, else the Redis store under a decision stack (pipeline.Pipeline),
+// where its grants come from; nil when neither.
+func giverOf(store limit.Store) GiveBacker {
+	if g, ok := store.(GiveBacker); ok {
+		return g
+	}
+	if st, ok := store.(interface{ Redis() *redisstore.Store }); ok {
+		if r := st.Redis(); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
 func orInt(v, def int) int {
 	if v == 0 {
 		return def
@@ -141,9 +187,15 @@ func orInt(v, def int) int {
 	return v
 }
 
-// keyPrefix starts every store key of the service: "rls:" and the domain.
-// Gateway keys start "k:" or "ip:", so the two never share a bucket.
+// keyPrefix starts every store key of the service: "rls:", the domain,
+// '/' and the descriptor's counter name (counterName), or under
+// OneKeyPerDomain the domain alone. Gateway keys start "k:" or "ip:", so
+// the two never share a bucket.
 const keyPrefix = "rls:"
+
+// descriptorLimit names the one limit of a descriptor's own key: the key
+// already names the descriptor, so its stored state need not repeat it.
+const descriptorLimit = "d"
 
 // ShouldRateLimit implements RateLimitServiceServer. A malformed request
 // gets INVALID_ARGUMENT, and one the store shed because this process is
@@ -166,13 +218,17 @@ type item struct {
 	index int   // its limit's index in call.req.Limits
 }
 
-// call is one store call: the enforced descriptors of one cost, or the
-// shadow ones.
+// call is one store call: one descriptor's counter (or, under
+// Config.OneKeyPerDomain, the enforced descriptors of one cost, or the
+// shadow ones).
 type call struct {
 	req    limit.Request
+	shadow bool
 	d      limit.Decision
 	err    error
-	failed int // the limit that fails closed while the store failed, or -1
+	failed int    // the limit that fails closed while the store failed, or -1
+	given  bool   // its grant was given back: another call refused the request
+	label  string // the descriptor's counter name, when its key is its own
 }
 
 // refused reports whether c's answer refuses the request: its limit
@@ -181,55 +237,48 @@ func (c *call) refused() bool {
 	return c.failed >= 0 || c.err == nil && !c.d.Allowed
 }
 
-// costGroups are a request's store calls, one per cost.
-type costGroups []*call
+// calls are a request's store calls.
+type calls []*call
 
-// of returns the call for cost, adding it when there is none.
-func (g *costGroups) of(key string, cost int64) *call {
+// of returns the call for key, cost and group, adding it when there is none.
+func (g *calls) of(key string, cost int64, shadow bool) *call {
 	for _, c := range *g {
-		if c.req.Cost == cost {
+		if c.req.Cost == cost && c.shadow == shadow && c.req.Key == key {
 			return c
 		}
 	}
-	c := &call{req: limit.Request{Key: key, Cost: cost}, failed: -1}
+	c := &call{req: limit.Request{Key: key, Cost: cost}, shadow: shadow, failed: -1}
 	*g = append(*g, c)
 	return c
 }
 
-// sort puts the calls in the order they are taken: cheapest first.
-func (g costGroups) sort() {
-	slices.SortFunc(g, func(a, b *call) int { return cmp.Compare(a.req.Cost, b.req.Cost) })
-}
-
-// drop removes the calls from index from on, which are not taken, and
-// unlinks their items so that those report OK without a count.
-func (g *costGroups) drop(items []item, from int) {
-	for i := range items {
-		if items[i].call != nil && slices.Contains((*g)[from:], items[i].call) {
-			items[i].call = nil
-		}
-	}
-	*g = (*g)[:from]
-}
-
-// deciding is the call whose answer stands for the request: the refusing
-// one, else the answered one with the fewest hits left; nil when none.
-func (g costGroups) deciding() *call {
+// deciding is the enforced call whose answer stands for the request: the
+// refusing one with the longest wait, else the answered one with the
+// fewest hits left; nil when none.
+func (g calls) deciding() *call {
 	var best *call
 	for _, c := range g {
-		if c.refused() {
-			return c
-		}
-		if c.err == nil && (best == nil || c.d.Remaining < best.d.Remaining) {
+		switch {
+		case c.shadow:
+		case c.refused():
+			if best == nil || !best.refused() || waitsLonger(c.d.RetryAfter, best.d.RetryAfter) {
+				best = c
+			}
+		case c.err == nil && (best == nil || !best.refused() && c.d.Remaining < best.d.Remaining):
 			best = c
 		}
 	}
 	return best
 }
 
-// add puts the limit of it in c, once per counter.
-func (c *call) add(it *item) {
-	name := counterName(it.named, it.shared)
+// waitsLonger reports whether retry a is a longer wait than b, Never the
+// longest.
+func waitsLonger(a, b time.Duration) bool {
+	return b != limit.Never && (a == limit.Never || a > b)
+}
+
+// add puts the limit of it, named name, in c, once per counter.
+func (c *call) add(it *item, name string) {
 	it.call = c
 	for i := range c.req.Limits {
 		if c.req.Limits[i].Name == name {
@@ -250,9 +299,70 @@ func (c *call) take(ctx context.Context, s *Service) {
 		defer cancel()
 	}
 	c.d, c.err = s.store.Take(ctx, &c.req)
-	if c.err == nil && (c.d.Index < 0 || c.d.Index >= len(c.req.Limits)) {
+	if c.err == nil && !c.shadow && (c.d.Index < 0 || c.d.Index >= len(c.req.Limits)) {
 		c.err = fmt.Errorf("store answered for limit %d of %d", c.d.Index, len(c.req.Limits))
 	}
+}
+
+// run makes every call of g at once, each on its own goroutine but the
+// last: calls to one Redis node leave together, pipelined, so a request
+// costs one round trip per node its descriptors live on.
+func (g calls) run(ctx context.Context, s *Service, each func(*call)) {
+	var wg sync.WaitGroup
+	for i, c := range g {
+		if i == len(g)-1 {
+			each(c)
+			break
+		}
+		wg.Go(func() { each(c) })
+	}
+	wg.Wait()
+}
+
+// giveBack returns the grants of the enforced calls that were allowed when
+// the request was refused (or shed), so that a refused request takes
+// nothing: in parallel, one give-back per call, to the store of the
+// grant's source. A grant the local fallback made is left: it took from
+// this process's share, not from Redis. Without a GiveBack store, grants
+// stay taken, as envoyproxy/ratelimit keeps every descriptor's count.
+func (s *Service) giveBack(ctx context.Context, domain string, g calls) {
+	if s.giver == nil {
+		return
+	}
+	var back calls
+	for _, c := range g {
+		if !c.shadow && c.err == nil && c.d.Allowed && givesBack(c.d.Source) {
+			back = append(back, c)
+		}
+	}
+	back.run(ctx, s, func(c *call) {
+		gctx := ctx
+		if s.timeout > 0 {
+			var cancel context.CancelFunc
+			gctx, cancel = context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+		}
+		if err := s.giver.GiveBack(gctx, &c.req); err != nil {
+			s.storeLog.Do(func() {
+				s.log.Warn("rls: could not give back a refused request's hits", "domain", domain, "error", err)
+			})
+			return
+		}
+		c.given = true
+	})
+	if len(back) > 0 {
+		s.metrics.givenBack(len(back))
+	}
+}
+
+// givesBack reports whether a grant from src took from the shared store
+// (or this process's only store), where GiveBack returns it.
+func givesBack(src limit.Source) bool {
+	switch src {
+	case limit.FromRedis, limit.FromMemory, limit.FromLease, limit.FromStore, "":
+		return true
+	}
+	return false
 }
 
 // check answers one request, and sets *src to where the store's answer for
@@ -291,9 +401,10 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 		}
 	}
 
-	// One store call per cost: a store takes a request's limits at one cost.
-	var enforced, shadow costGroups
-	key := keyPrefix + domain
+	// Each descriptor's counter is a key of its own, so that a domain
+	// spreads over a cluster's shards (Config.OneKeyPerDomain: one key per
+	// domain, one call per cost).
+	var g calls
 	blocked := false // an enforced descriptor has requests_per_unit 0
 	for i := range items {
 		it := &items[i]
@@ -310,54 +421,60 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 			blocked = blocked || r.blocked && !it.n.shadow
 			continue
 		}
-		g := &enforced
-		if it.n.shadow {
-			g = &shadow
+		counter := counterName(it.named, it.shared)
+		key, name := keyPrefix+domain+"/"+counter, descriptorLimit
+		if s.oneKey {
+			key, name = keyPrefix+domain, counter
 		}
-		g.of(key, it.cost).add(it)
+		c := g.of(key, it.cost, it.n.shadow)
+		c.add(it, name)
+		if !s.oneKey {
+			c.label = counter
+		}
 	}
-	enforced.sort()
-	shadow.sort()
-
 	// A request refused by a blocked descriptor takes from no other one.
 	if blocked {
-		enforced.drop(items, 0)
-	}
-	var wg sync.WaitGroup
-	if len(shadow) > 0 {
-		wg.Go(func() {
-			for _, c := range shadow {
-				c.take(ctx, s)
+		g = slices.DeleteFunc(g, func(c *call) bool { return !c.shadow })
+		for i := range items {
+			if c := items[i].call; c != nil && !c.shadow {
+				items[i].call = nil
 			}
-		})
+		}
 	}
-	// The cost groups are taken cheapest first, each all or nothing; the
-	// first refusal ends the request, and the groups after it take nothing.
+	// Every call at once; each is atomic, and a refusal by any gives back
+	// what the others granted.
 	shed := false
-	for i, c := range enforced {
-		c.take(ctx, s)
-		*src = c.d.Source
-		if shed = c.err != nil && c.d.Source == limit.FromShed; shed {
-			break
+	var shedErr error
+	g.run(ctx, s, func(c *call) { c.take(ctx, s) })
+	refused := false
+	for _, c := range g {
+		if c.shadow {
+			continue
+		}
+		if c.err != nil && c.d.Source == limit.FromShed {
+			shed, shedErr = true, c.err
+			continue
 		}
 		if c.err != nil {
 			c.failed = s.storeFailed(domain, c)
 		}
-		if c.refused() {
-			enforced.drop(items, i+1)
-			break
-		}
+		refused = refused || c.refused()
 	}
-	wg.Wait()
+	if refused || shed {
+		s.giveBack(ctx, domain, g)
+	}
 
 	if shed {
 		// Guessing locally would be a silent switch to local limits; Envoy's
 		// failure_mode_deny decides what an unavailable service means.
 		s.metrics.storeError()
-		return nil, status.Errorf(codes.Unavailable, "sluice is too busy to check this request in time: %v", enforced[len(enforced)-1].err)
+		if c := g.deciding(); c != nil {
+			*src = c.d.Source
+		}
+		return nil, status.Errorf(codes.Unavailable, "sluice is too busy to check this request in time: %v", shedErr)
 	}
-	for _, c := range shadow {
-		if c.err != nil {
+	for _, c := range g {
+		if c.shadow && c.err != nil {
 			s.storeLog.Do(func() { s.log.Warn("rls: store failed on shadow descriptors", "domain", domain, "error", c.err) })
 		}
 	}
@@ -367,11 +484,14 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if c := enforced.deciding(); c != nil && c.err == nil {
+	if c := g.deciding(); c != nil && c.err == nil {
 		*src = c.d.Source
 		d := &c.d
-		l := &c.req.Limits[d.Index]
-		b := limit.BudgetOf(l, d)
+		l := c.req.Limits[d.Index]
+		if c.label != "" {
+			l.Name = c.label // the headers name the descriptor, not its key's one limit
+		}
+		b := limit.BudgetOf(&l, d)
 		resp.ResponseHeadersToAdd = rateHeaders(&b)
 		if !d.Allowed && d.RetryAfter == limit.Never {
 			resp.RawBody = fmt.Appendf(nil, "this request costs %d hits, more than the %d that descriptor limit %q ever holds; it cannot pass\n",
@@ -408,12 +528,11 @@ func (s *Service) storeFailed(domain string, c *call) int {
 	return -1
 }
 
-// status is the DescriptorStatus of one item. The limit that decided its
-// store call is described exactly; another limit of the same call reports
-// the decided limit's remaining when the call was allowed (the decided
-// limit has the fewest left, so it is a lower bound), since a store
-// answers for one limit per call.
-// It also counts the item in the metrics.
+// status is the DescriptorStatus of one item: its own limit's answer
+// (limit.Decision.Result), so that two descriptors over their limits are
+// both OVER_LIMIT, as envoyproxy/ratelimit answers. A descriptor whose
+// grant was given back reports its hits as they are, nothing taken. It
+// also counts the item in the metrics.
 func (s *Service) status(domain string, it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if it.n == nil {
@@ -445,24 +564,30 @@ func (s *Service) status(domain string, it *item) *rlsv3.RateLimitResponse_Descr
 		}
 		return st
 	}
-	d := &c.d
-	if it.index != d.Index {
-		if d.Allowed {
-			st.LimitRemaining = clampU32(d.Remaining)
+	res, ok := c.d.Result(it.index)
+	if !ok {
+		// A layer's answer that speaks of another limit of the call alone
+		// (one key per domain): the decided limit has the fewest left, a
+		// lower bound for this one when the call was allowed.
+		if c.d.Allowed {
+			st.LimitRemaining = clampU32(c.d.Remaining)
 		}
 		return st
 	}
-	st.LimitRemaining = clampU32(d.Remaining)
-	st.DurationUntilReset = durationpb.New(d.ResetAfter)
-	if !d.Allowed {
+	if c.given && res.Allowed {
+		res.Remaining += cost
+	}
+	st.LimitRemaining = clampU32(res.Remaining)
+	st.DurationUntilReset = durationpb.New(res.ResetAfter)
+	if !res.Allowed {
 		s.metrics.over(domain, it.metric, cost, it.n.shadow)
 		if !it.n.shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		return st
 	}
-	l := &c.req.Limits[d.Index]
-	if q := limit.BudgetOf(l, d).Quota; float64(d.Remaining) < float64(q)*(1-s.nearRatio) {
+	l := &c.req.Limits[it.index]
+	if q := l.EffectiveBurst(); float64(res.Remaining) < float64(q)*(1-s.nearRatio) {
 		s.metrics.near(domain, it.metric, cost)
 	}
 	return st

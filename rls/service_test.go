@@ -378,9 +378,9 @@ descriptors:
 }
 
 // Two of a route's rate_limits, one with its own hits_addend (say, bytes):
-// each cost is taken in its own store call, cheapest first, all or nothing
-// within it, and the first refusal ends the request. Never an error, which
-// Envoy's usual failure_mode_deny: false would let through every limit.
+// every descriptor is taken at its own cost, all at once, and a refusal by
+// any gives back what the others took. Never an error, which Envoy's usual
+// failure_mode_deny: false would let through every limit.
 func TestDescriptorsOfDifferentCostsAreEachLimited(t *testing.T) {
 	s := serve(t, `
 domain: mix
@@ -397,11 +397,11 @@ descriptors:
 	}
 	ip := desc("remote_address", "10.0.0.1")
 	resps := runSteps(t, s, "mix", []step{
-		// The address's limit refuses: the bytes, taken after it, are not.
+		// The address's limit refuses: the bytes taken with it are given back.
 		{descs: ds(bytes("a", 500), ip), want: "OK: OK OK"},
 		{descs: ds(bytes("a", 500), ip), want: "OVER_LIMIT: OK OVER_LIMIT"},
 		{descs: ds(bytes("a", 400)), want: "OK: OK"},
-		// The bytes refuse: the user's hit, taken first at its own cost, stays.
+		// The bytes refuse: the users' hits are given back.
 		{descs: ds(desc("user", "u"), bytes("b", 600), desc("user", "v")), want: "OK: OK OK OK"},
 		{descs: ds(desc("user", "u"), bytes("b", 600), desc("user", "v")), want: "OVER_LIMIT: OK OVER_LIMIT OK"},
 		{descs: ds(desc("user", "u")), want: "OK: OK"},
@@ -411,8 +411,8 @@ descriptors:
 	if got := resps[2].GetStatuses()[0].GetLimitRemaining(); got != 100 {
 		t.Errorf("bytes a remaining after 500 and 400, a refused request between: got %d, want 100", got)
 	}
-	if got := resps[5].GetStatuses()[0].GetLimitRemaining(); got != 7 {
-		t.Errorf("user u remaining after three requests: got %d, want 7", got)
+	if got := resps[5].GetStatuses()[0].GetLimitRemaining(); got != 8 {
+		t.Errorf("user u remaining after three requests, one refused: got %d, want 8", got)
 	}
 	if body := string(resps[6].GetRawBody()); !strings.Contains(body, "costs 1001 hits, more than the 1000") {
 		t.Errorf("refusal body: got %q, want it to say the cost exceeds the limit", body)

@@ -346,6 +346,19 @@ func (s *Set) Key(apiKey string) (KeyInfo, bool) {
 // Resolution's slices are shared with every other request: read them,
 // never write to them.
 func (s *Set) Resolve(now time.Time, q Query) Resolution {
+	k := s.keyOf(q)
+	if v, ok := s.resolved.Load(k); ok {
+		if r := v.(*resolved); !now.Before(r.from) && (r.until.IsZero() || now.Before(r.until)) {
+			return r.res
+		}
+	}
+	r := s.resolve(now, k)
+	s.resolved.Store(k, r)
+	return r.res
+}
+
+// keyOf returns what the Resolution of q depends on.
+func (s *Set) keyOf(q Query) resolveKey {
 	k := resolveKey{ip: q.APIKey == "", endpoint: q.Endpoint}
 	if !k.ip {
 		info, known := q.Info, q.Known
@@ -359,50 +372,16 @@ func (s *Set) Resolve(now time.Time, q Query) Resolution {
 			k.key = q.APIKey
 		}
 	}
-	if v, ok := s.resolved.Load(k); ok {
-		if r := v.(*resolved); !now.Before(r.from) && (r.until.IsZero() || now.Before(r.until)) {
-			return r.res
-		}
-	}
-	r := s.resolve(now, k)
-	s.resolved.Store(k, r)
-	return r.res
+	return k
 }
 
 // resolve computes the Resolution for k at now.
 func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 	var res Resolution
-	var cands [6][]compiled
-	n := 0
-	add := func(mk matchKey) {
-		if cs := s.byMatch[mk]; len(cs) > 0 {
-			cands[n] = cs
-			n++
-		}
+	if !k.ip {
+		res.Plan = k.plan
 	}
-	if k.ip {
-		if len(s.ip) > 0 {
-			cands[n] = s.ip
-			n++
-		} else {
-			add(matchKey{scope: ScopeDefault})
-		}
-	} else {
-		add(matchKey{scope: ScopeDefault})
-		if k.plan != "" {
-			res.Plan = k.plan
-			add(matchKey{scope: ScopePlan, plan: k.plan})
-			if k.endpoint != "" {
-				add(matchKey{scope: ScopePlan, plan: k.plan, ep: k.endpoint})
-			}
-		}
-		if k.key != "" {
-			add(matchKey{scope: ScopeKey, key: k.key})
-		}
-	}
-	if k.endpoint != "" {
-		add(matchKey{scope: ScopeEndpoint, ep: k.endpoint})
-	}
+	cands, n := s.matching(k)
 	// Merge by limit name, the most specific rule winning.
 	type pick struct {
 		l    limit.Limit
@@ -464,4 +443,38 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		}
 	}
 	return &resolved{res: res, from: now, until: until}
+}
+
+// matching returns the compiled rules that may apply to a request of k,
+// least specific first, in up to six groups; the first n are filled.
+func (s *Set) matching(k resolveKey) (cands [6][]compiled, n int) {
+	add := func(mk matchKey) {
+		if cs := s.byMatch[mk]; len(cs) > 0 {
+			cands[n] = cs
+			n++
+		}
+	}
+	if k.ip {
+		if len(s.ip) > 0 {
+			cands[n] = s.ip
+			n++
+		} else {
+			add(matchKey{scope: ScopeDefault})
+		}
+	} else {
+		add(matchKey{scope: ScopeDefault})
+		if k.plan != "" {
+			add(matchKey{scope: ScopePlan, plan: k.plan})
+			if k.endpoint != "" {
+				add(matchKey{scope: ScopePlan, plan: k.plan, ep: k.endpoint})
+			}
+		}
+		if k.key != "" {
+			add(matchKey{scope: ScopeKey, key: k.key})
+		}
+	}
+	if k.endpoint != "" {
+		add(matchKey{scope: ScopeEndpoint, ep: k.endpoint})
+	}
+	return cands, n
 }

@@ -236,6 +236,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		mux := process.Metrics(reg, logger, opts.Pprof)
 		mux.Handle("/healthz", health)
 		mux.Handle("/readyz", ready)
+		explain, err := gatewayExplain(src, store, opts)
+		if err != nil {
+			ln.Close()
+			mln.Close()
+			return err
+		}
+		mux.Handle(gateway.ExplainPath, explain)
 		eps = append(eps, process.Endpoint{Server: process.NewServer(mux, logger), Listener: mln})
 		fmt.Fprintf(stdout, "sluice gateway: metrics on http://%s/metrics\n", mln.Addr())
 	}

@@ -57,6 +57,7 @@ func commands() []command {
 			return runPlan(args, stdout, stderr)
 		}},
 		{"override", "set, list or end emergency overrides of API keys on a running rules service", runOverride},
+		{"explain", "explain why an API key is limited on a request, from the rules service or a running gateway", runExplain},
 		{"rollout", "show, promote or halt the rollout of a rules version on a running rules service", runRollout},
 		{"version", "print the version, the commit and the Go toolchain (also --version)", runVersion},
 	}

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/rulesvc"
+	"github.com/sluice-rl/sluice/redisstore"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -29,6 +30,7 @@ type rulesOptions struct {
 	cfg        rulesvc.Config
 	listen     string
 	tokensFile string
+	redis      *redisFlags // read-only, for explain's bucket states
 	runFlags
 }
 
@@ -73,6 +75,9 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	fs.Float64Var(&c.MaxGatewayRate, "max-gateway-rate", 100_000, "most requests a second one gateway can decide: a report claiming more since the gateway's previous one is refused")
 	fs.DurationVar(&c.Canary.Check, "canary-check", 0, "how often a running canary is evaluated; 0 for a twentieth of the window")
 	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
+	// The gateways' Redis, for GET /admin/v1/explain's state of a key's
+	// buckets: read, never taken from.
+	o.redis = addRedisFlags(fs)
 	err := parseFlags(fs, args)
 	return o, err
 }
@@ -128,6 +133,19 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 
+	rc, err := o.redis.Config(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if len(rc.Addrs) > 0 {
+		rc.Logger = logger
+		rs, err := redisstore.New(ctx, rc)
+		if err != nil {
+			return fmt.Errorf("--redis: %w", err)
+		}
+		defer rs.Close()
+		o.cfg.Store = rs
+	}
 	svc, err := rulesvc.New(ctx, o.cfg)
 	if err != nil {
 		return err

@@ -79,7 +79,11 @@ const (
 	// MaxReportShadowRules bounds the shadow rules of one report, summed
 	// over its versions.
 	MaxReportShadowRules = 256
-	// MaxReportTopKeys bounds ShadowReport.TopKeys.
+	// MaxReportRefusalRules bounds the refusing rules of one report,
+	// summed over its versions.
+	MaxReportRefusalRules = 256
+	// MaxReportTopKeys bounds ShadowReport.TopKeys and
+	// RefusalReport.TopKeys.
 	MaxReportTopKeys = 10
 	// MaxReportCount bounds every count of a report: 2^40, a trillion
 	// requests in one report interval, is no real gateway's. Sums of many
@@ -102,6 +106,22 @@ type VersionReport struct {
 	Refused int64 `json:"refused"`
 	// Shadow lists the shadow rules that would have refused a request.
 	Shadow []ShadowReport `json:"shadow,omitempty"`
+	// Refusals lists the enforced rules that refused a request, with the
+	// keys they refused most: the service's busiest-refused-keys summary
+	// and its answer to which rule refused a key last.
+	Refusals []RefusalReport `json:"refusals,omitempty"`
+}
+
+// RefusalReport is what one enforced rule refused.
+type RefusalReport struct {
+	Rule int64 `json:"rule"`
+	// Limit is the name of the rule's limit that refused most.
+	Limit   string `json:"limit,omitempty"`
+	Refused int64  `json:"refused"`
+	// TopKeys are the keys it refused most, most first, hashed as
+	// keyhash.Of writes them (never raw). Their counts may add up to less
+	// than Refused.
+	TopKeys []KeyCount `json:"top_keys,omitempty"`
 }
 
 // ShadowReport is what one shadow rule would have refused.

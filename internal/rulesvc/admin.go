@@ -56,6 +56,8 @@ func (s *Service) adminRouteTable() []adminRoute {
 	route("POST", "/rollout/halt", RoleWrite, s.decideByHand("halted"))
 	route("GET", "/fleet", RoleRead, s.fleet)
 	route("PUT", "/ruleset", RoleWrite, s.applyRuleSet)
+	route("GET", admin.ExplainPath, RoleRead, s.explain)
+	route("GET", admin.RefusedPath, RoleRead, s.refused)
 	// The description is public: it holds no data.
 	rs = append(rs, adminRoute{"GET", "/openapi.json", http.HandlerFunc(serveOpenAPI)})
 	return rs

@@ -214,6 +214,10 @@ func (s *Service) serveReport(w http.ResponseWriter, r *http.Request, tok token)
 	if err != nil {
 		return err
 	}
+	refused, err := checkRefusals(&rep)
+	if err != nil {
+		return err
+	}
 	if err := tok.binds(rep.Gateway, rep.Region); err != nil {
 		return err
 	}
@@ -245,6 +249,10 @@ func (s *Service) serveReport(w http.ResponseWriter, r *http.Request, tok token)
 		if err := s.pool.SendBatch(r.Context(), batch).Close(); err != nil {
 			return fmt.Errorf("store report of gateway %s: %w", rep.Gateway, err)
 		}
+	}
+	now := time.Now()
+	for _, row := range refused {
+		s.refusals.add(row.rv, row.key, row.limit, row.n, now)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -51,6 +51,9 @@ type (
 		Since string             `json:"since"`
 		Rules []admin.ShadowRule `json:"rules"`
 	}
+	refusedAnswer struct {
+		Rules []admin.RefusedRule `json:"rules"`
+	}
 	decisionBody struct {
 		Reason string `json:"reason"`
 	}
@@ -91,6 +94,10 @@ var apiOps = []apiOp{
 	{"GET", "/fleet", "the gateways that polled within the gateway TTL", rulesvc.RoleRead, nil, nil, 200, admin.Fleet{}},
 	{"PUT", "/ruleset", "make a document the whole rule set in one version, answering the differences", rulesvc.RoleWrite,
 		[]apiParam{{"dry_run", "boolean", "store nothing; answer the differences"}}, rules.Document{}, 200, admin.Applied{}},
+	{"GET", "/explain", "why a key is limited on one request: its plan, every matching rule with its source, the tightest limit, its state and last refusal", rulesvc.RoleRead,
+		[]apiParam{{"key", "string", "the API key (required)"}, {"method", "string", "the request's method (default GET)"},
+			{"path", "string", "the request's path (required)"}}, nil, 200, admin.Explanation{}},
+	{"GET", "/refused", "the busiest refused keys of each rule version, from the gateways' reports", rulesvc.RoleRead, nil, nil, 200, refusedAnswer{}},
 	{"GET", "/openapi.json", "this description", "", nil, nil, 200, nil},
 }
 
@@ -415,6 +422,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		do("GET", "/shadow", "/admin/v1/shadow?since=1h", nil, 200, nil)
 		do("GET", "/rollout", "/admin/v1/rollout", nil, 200, nil)
 		do("GET", "/fleet", "/admin/v1/fleet", nil, 200, nil)
+		do("GET", "/refused", "/admin/v1/refused", nil, 200, nil)
 	}
 	readAll() // empty lists
 
@@ -445,6 +453,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		t.Fatalf("report: got %d %s", code, raw)
 	}
 	readAll()
+	do("GET", "/explain", "/admin/v1/explain?key=key_noisy&method=GET&path=/v1/search", nil, 200, nil)
 
 	do("POST", "/rollout/promote", "/admin/v1/rollout/promote", decisionBody{Reason: "looks right"}, 200, nil)
 	do("PUT", "/ruleset", "/admin/v1/ruleset?dry_run=true", rules.Document{Rules: []rules.Rule{{Scope: rules.ScopeIP, Limits: lim}}}, 200, nil)

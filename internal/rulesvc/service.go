@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/rulesapi"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // notifyChannel is the PostgreSQL channel every change is announced on. The
@@ -102,6 +103,14 @@ type Config struct {
 	// ReportRetention is how long gateways' reports are kept. Zero means
 	// 7 days.
 	ReportRetention time.Duration
+	// Store, if set, is read by GET /admin/v1/explain for a key's state
+	// of each limit, never taken from (admin.ExplainInput.Store): the
+	// gateways' Redis, given with --redis. Nil leaves the state out.
+	Store limit.Store
+	// Share, if set, gives explain this region's share of a limit for a
+	// store key. Nil means the service does not know the shares, and
+	// explain shows none.
+	Share func(storeKey, limitName string) (limit.Fraction, bool)
 	// Registerer receives the service's metrics. Nil means none.
 	Registerer prometheus.Registerer
 	// Logger receives the service's log. Nil means slog.Default().
@@ -249,6 +258,9 @@ type Service struct {
 
 	stopped  chan struct{} // closed when Run returns: waiting polls give up
 	stopOnce sync.Once
+
+	explainSets explainSets // the stable snapshot, compiled for explain
+	refusals    *refusals   // the busiest refused keys the gateways reported
 }
 
 // state is what one replica serves; it is replaced whole.
@@ -286,7 +298,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m,
-		changed: make(chan struct{}), stopped: make(chan struct{})}
+		changed: make(chan struct{}), stopped: make(chan struct{}), refusals: newRefusals()}
 	s.tokens, s.gwOpen = compileTokens(cfg.Tokens, cfg.MaxGateways)
 	s.state.Store(&state{})
 	if s.gwOpen {

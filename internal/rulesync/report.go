@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/limit"
@@ -37,11 +38,17 @@ type versionCount struct {
 	requests, refused atomic.Int64
 }
 
-type shadowID struct{ version, rule int64 }
+// shadowID names a rule version's counts: of a shadow rule's would-be
+// refusals, or with refused set of an enforced rule's refusals.
+type shadowID struct {
+	version, rule int64
+	refused       bool
+}
 
 type shadowCount struct {
 	total int64
 	keys  map[string]int64
+	limit string // the limit that refused last, for an enforced rule
 }
 
 // Record counts one decision made under snapshot version: refused is true
@@ -76,12 +83,19 @@ func (cs *counts) forVersion(version int64) *versionCount {
 // version would have refused, and whose it was: key is the store key, "k:"
 // and the API key or "ip:" and the client address.
 func (c *Client) RecordShadow(version, ruleID int64, key string) {
-	c.counts.addShadow(shadowID{version, ruleID}, key, 1)
+	c.counts.addShadow(shadowID{version: version, rule: ruleID}, key, "", 1)
 }
 
-// addShadow counts n would-be refusals of key; the key "" counts only in
-// the total.
-func (cs *counts) addShadow(id shadowID, key string, n int64) {
+// RecordRefusal counts a request enforced rule ruleID of snapshot version
+// refused, by its limit named lim, and whose it was (the store key). The
+// report carries the keys hashed (keyhash.Of), never raw.
+func (c *Client) RecordRefusal(version, ruleID int64, lim, key string) {
+	c.counts.addShadow(shadowID{version: version, rule: ruleID, refused: true}, key, lim, 1)
+}
+
+// addShadow counts n would-be refusals (or refusals) of key, by the limit
+// named lim when it is not empty; the key "" counts only in the total.
+func (cs *counts) addShadow(id shadowID, key, lim string, n int64) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	sc := cs.shadow[id]
@@ -90,6 +104,9 @@ func (cs *counts) addShadow(id shadowID, key string, n int64) {
 		cs.shadow[id] = sc
 	}
 	sc.total += n
+	if lim != "" {
+		sc.limit = lim
+	}
 	if _, ok := sc.keys[key]; key != "" && (ok || len(sc.keys) < maxShadowKeys) {
 		sc.keys[key] += n
 	}
@@ -120,23 +137,27 @@ func (cs *counts) take() []rulesapi.VersionReport {
 			vr = &rulesapi.VersionReport{Version: id.version}
 			byVersion[id.version] = vr
 		}
-		sr := rulesapi.ShadowReport{Rule: id.rule, WouldRefuse: sc.total}
-		for k, n := range sc.keys {
-			sr.TopKeys = append(sr.TopKeys, rulesapi.KeyCount{Key: k, Count: n})
-		}
-		slices.SortFunc(sr.TopKeys, func(a, b rulesapi.KeyCount) int {
-			if a.Count != b.Count {
-				return int(b.Count - a.Count)
+		top := topOf(sc.keys)
+		if id.refused {
+			for i := range top {
+				top[i].Key = keyhash.Of(top[i].Key)
 			}
-			return bytes.Compare([]byte(a.Key), []byte(b.Key))
-		})
-		sr.TopKeys = sr.TopKeys[:min(len(sr.TopKeys), topKeys)]
-		vr.Shadow = append(vr.Shadow, sr)
+			vr.Refusals = append(vr.Refusals, rulesapi.RefusalReport{Rule: id.rule, Limit: sc.limit, Refused: sc.total, TopKeys: top})
+			continue
+		}
+		vr.Shadow = append(vr.Shadow, rulesapi.ShadowReport{Rule: id.rule, WouldRefuse: sc.total, TopKeys: top})
 	}
 	var out []rulesapi.VersionReport
 	for _, vr := range byVersion {
 		if vr.Requests > 0 || len(vr.Shadow) > 0 {
 			slices.SortFunc(vr.Shadow, func(a, b rulesapi.ShadowReport) int { return int(a.Rule - b.Rule) })
+			slices.SortFunc(vr.Refusals, func(a, b rulesapi.RefusalReport) int { return int(a.Rule - b.Rule) })
+			// A version's refusals cannot outnumber its refused requests,
+			// which the service checks: the two are counted apart.
+			for i := range vr.Refusals {
+				vr.Refusals[i].Refused = min(vr.Refusals[i].Refused, vr.Refused)
+				clampTop(vr.Refusals[i].TopKeys, vr.Refusals[i].Refused)
+			}
 			out = append(out, *vr)
 		}
 	}
@@ -151,14 +172,21 @@ func (c *Client) putBack(vrs []rulesapi.VersionReport) {
 		vc := c.counts.forVersion(vr.Version)
 		vc.requests.Add(vr.Requests)
 		vc.refused.Add(vr.Refused)
+		// Refusals' keys are hashed once reported: put back, they count
+		// only in the total, not against a key.
+		for _, rr := range vr.Refusals {
+			if rr.Refused > 0 {
+				c.counts.addShadow(shadowID{version: vr.Version, rule: rr.Rule, refused: true}, "", rr.Limit, rr.Refused)
+			}
+		}
 		for _, sr := range vr.Shadow {
-			id, rest := shadowID{vr.Version, sr.Rule}, sr.WouldRefuse
+			id, rest := shadowID{version: vr.Version, rule: sr.Rule}, sr.WouldRefuse
 			for _, k := range sr.TopKeys {
-				c.counts.addShadow(id, k.Key, k.Count)
+				c.counts.addShadow(id, k.Key, "", k.Count)
 				rest -= k.Count
 			}
 			if rest > 0 {
-				c.counts.addShadow(id, "", rest)
+				c.counts.addShadow(id, "", "", rest)
 			}
 		}
 	}
@@ -279,7 +307,11 @@ func (c *Client) Observe(e Outcome) {
 		return
 	}
 	if !e.Shadow {
-		c.Record(e.Version, len(e.Limits) > 0 && !e.Decision.Allowed)
+		refused := len(e.Limits) > 0 && !e.Decision.Allowed
+		c.Record(e.Version, refused)
+		if i := e.Decision.Index; refused && i >= 0 && i < len(e.Rules) && i < len(e.Limits) && e.Rules[i] != nil && e.Rules[i].ID != 0 {
+			c.RecordRefusal(e.Version, e.Rules[i].ID, e.Limits[i].Name, e.Key)
+		}
 		return
 	}
 	if e.Decision.Allowed || e.Decision.Index < 0 || e.Decision.Index >= len(e.Rules) || e.Rules[e.Decision.Index] == nil {
@@ -289,4 +321,29 @@ func (c *Client) Observe(e Outcome) {
 	// to the service as it is; the service keeps it hashed the way the
 	// decision log writes it, unless its operator opts in to raw keys.
 	c.RecordShadow(e.Version, e.Rules[e.Decision.Index].ID, e.Key)
+}
+
+// topOf returns the keys of counts with the highest counts, most first, at
+// most topKeys.
+func topOf(counts map[string]int64) []rulesapi.KeyCount {
+	var top []rulesapi.KeyCount
+	for k, n := range counts {
+		top = append(top, rulesapi.KeyCount{Key: k, Count: n})
+	}
+	slices.SortFunc(top, func(a, b rulesapi.KeyCount) int {
+		if a.Count != b.Count {
+			return int(b.Count - a.Count)
+		}
+		return bytes.Compare([]byte(a.Key), []byte(b.Key))
+	})
+	return top[:min(len(top), topKeys)]
+}
+
+// clampTop lowers the counts of top, most first, so that they add up to
+// at most total.
+func clampTop(top []rulesapi.KeyCount, total int64) {
+	for i := range top {
+		top[i].Count = min(top[i].Count, total)
+		total -= top[i].Count
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/gateway"
+	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
@@ -22,14 +23,28 @@ type totals struct {
 	requests, refused map[int64]int64
 	shadow            map[int64]int64            // by rule
 	keys              map[int64]map[string]int64 // by rule, then key
+	refusals          map[int64]int64            // by enforced rule
+	refusedKeys       map[int64]map[string]int64 // by enforced rule, then hashed key
+	limits            map[int64]string           // by enforced rule
 }
 
 func (f *fakeService) totals() totals {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tot := totals{requests: map[int64]int64{}, refused: map[int64]int64{}, shadow: map[int64]int64{}, keys: map[int64]map[string]int64{}}
+	tot := totals{requests: map[int64]int64{}, refused: map[int64]int64{}, shadow: map[int64]int64{}, keys: map[int64]map[string]int64{},
+		refusals: map[int64]int64{}, refusedKeys: map[int64]map[string]int64{}, limits: map[int64]string{}}
 	for _, rep := range f.reports {
 		for _, v := range rep.Versions {
+			for _, rr := range v.Refusals {
+				tot.refusals[rr.Rule] += rr.Refused
+				tot.limits[rr.Rule] = rr.Limit
+				if tot.refusedKeys[rr.Rule] == nil {
+					tot.refusedKeys[rr.Rule] = map[string]int64{}
+				}
+				for _, k := range rr.TopKeys {
+					tot.refusedKeys[rr.Rule][k.Key] += k.Count
+				}
+			}
 			tot.requests[v.Version] += v.Requests
 			tot.refused[v.Version] += v.Refused
 			for _, sh := range v.Shadow {
@@ -127,6 +142,36 @@ func TestObserveCountsOutcomes(t *testing.T) {
 	got := f.totals()
 	if got.refused[9] != 1 || got.keys[77]["k:key_a"] != 1 || got.keys[77]["ip:192.0.2.9"] != 1 {
 		t.Errorf("got %d refused and shadow keys %v, want 1 refused and k:key_a, ip:192.0.2.9 once each", got.refused[9], got.keys[77])
+	}
+}
+
+// TestObserveReportsRefusingRules checks that a refusal is reported under
+// the enforced rule and limit that refused, its key hashed as the
+// decision log writes it, never raw.
+func TestObserveReportsRefusingRules(t *testing.T) {
+	f, srv := newFake(t, 9, docWithDefault(10))
+	c := newClient(t, srv.URL, rulesync.Config{ReportInterval: 10 * time.Millisecond})
+	run(t, c)
+	waitFor(t, "version 9", func() bool { return versionOf(c) == 9 })
+	plan, override := &rules.Rule{ID: 5, Scope: rules.ScopePlan}, &rules.Rule{ID: 6, Scope: rules.ScopeKey}
+	lims := []limit.Limit{{Name: "minute", Count: 10, Period: time.Minute}, {Name: "second", Count: 1, Period: time.Second}}
+	rs := []*rules.Rule{plan, override}
+	for _, o := range []rulesync.Outcome{
+		{Key: "k:key_a", Limits: lims, Rules: rs, Decision: limit.Decision{Index: 1}},
+		{Key: "k:key_a", Limits: lims, Rules: rs, Decision: limit.Decision{Index: 1}},
+		{Key: "k:key_b", Limits: lims, Rules: rs, Decision: limit.Decision{Index: 0}},
+		{Key: "k:key_b", Limits: lims, Rules: rs, Decision: limit.Decision{Allowed: true, Index: 0}},
+	} {
+		o.Version = 9
+		c.Observe(o)
+	}
+	waitFor(t, "the refusals reported", func() bool {
+		got := f.totals()
+		return got.refusals[5] == 1 && got.refusals[6] == 2
+	})
+	got := f.totals()
+	if got.refusedKeys[6][keyhash.Of("k:key_a")] != 2 || got.refusedKeys[5][keyhash.Of("k:key_b")] != 1 || got.limits[6] != "second" {
+		t.Errorf("got refused keys %v limits %v, want rule 6 (second): key_a's hash twice; rule 5: key_b's once", got.refusedKeys, got.limits)
 	}
 }
 

@@ -228,13 +228,13 @@ func (m granterModel) takeUpTo(now int64, req *limit.Request, want int64) (int64
 	}
 	if grant >= cost {
 		outs := m.eval(now, req, grant)
-		if d := limit.DecideRequest(outs, req.Limits); d.Allowed {
+		if d := limit.DecideEach(outs, req.Limits, cost); d.Allowed {
 			m.keep(req, outs, d)
 			return grant, d
 		}
 	}
 	outs := m.eval(now, req, cost)
-	d := limit.DecideRequest(outs, req.Limits)
+	d := limit.DecideEach(outs, req.Limits, cost)
 	m.keep(req, outs, d)
 	if !d.Allowed {
 		return 0, d

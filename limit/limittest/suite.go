@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("RateChange", func(t *testing.T) { testRateChange(t, newStore) })
 	t.Run("Shadow", func(t *testing.T) { testShadow(t, newStore) })
 	t.Run("MatchesModelShadow", func(t *testing.T) { testMatchesModelShadow(t, newStore) })
+	t.Run("Results", func(t *testing.T) { testResults(t, newStore) })
 }
 
 // uniqueKey returns a key no other test uses, so stores may be shared.
@@ -286,7 +287,7 @@ func (m *Model) Take(now int64, req *limit.Request) limit.Decision {
 		st := m.states[req.Limits[i].BucketID()]
 		outs[i] = limit.Evaluate(&req.Limits[i], &st, now, req.EffectiveCost())
 	}
-	d := limit.DecideRequest(outs, req.Limits)
+	d := limit.DecideEach(outs, req.Limits, req.EffectiveCost())
 	for i := range req.Limits {
 		if l := &req.Limits[i]; l.Shadow && d.Shadow.Allowed || !l.Shadow && d.Allowed {
 			m.states[l.BucketID()] = outs[i].Next

@@ -1,0 +1,108 @@
+package rulesvc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// explainSets keeps the stable snapshot compiled for explain, so that a
+// question compiles the set once per version rather than once per call.
+type explainSets struct {
+	mu  sync.Mutex
+	set *rules.Set // of the last version asked about; guarded by mu
+}
+
+// compiled returns the rule set of sn, compiling it when sn is another
+// version than the last one asked about.
+func (e *explainSets) compiled(sn *snap) (*rules.Set, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.set != nil && e.set.Version == sn.version {
+		return e.set, nil
+	}
+	var doc rules.Document
+	if err := json.Unmarshal(sn.doc, &doc); err != nil {
+		return nil, fmt.Errorf("explain: decode snapshot %d: %w", sn.version, err)
+	}
+	set, err := rules.Compile(doc, sn.version)
+	if err != nil {
+		return nil, fmt.Errorf("explain: compile snapshot %d: %w", sn.version, err)
+	}
+	e.set = set
+	return set, nil
+}
+
+// explain answers GET /admin/v1/explain: why a key is limited on one
+// request, from the stable snapshot, the rules table's versions, the
+// store (Config.Store) and the refusals the gateways reported.
+func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) error {
+	q := r.URL.Query()
+	key, method, path := q.Get("key"), q.Get("method"), q.Get("path")
+	if err := rules.CheckKey(key); err != nil {
+		return badRequest("key", "%v", err)
+	}
+	if method == "" {
+		method = http.MethodGet
+	}
+	if path == "" || path[0] != '/' {
+		return badRequest("path", "%q is not a request path starting with /", path)
+	}
+	sn := s.state.Load().stable
+	if sn == nil {
+		return &apiError{status: http.StatusServiceUnavailable, msg: "no rule set is published yet"}
+	}
+	set, err := s.explainSets.compiled(sn)
+	if err != nil {
+		return err
+	}
+	versions, err := s.ruleVersions(r)
+	if err != nil {
+		return err
+	}
+	in := admin.ExplainInput{Set: set, Now: time.Now(), Key: key, Method: method, Path: path,
+		Versions: versions, Store: s.cfg.Store, Share: s.cfg.Share}
+	e, err := admin.Build(r.Context(), in)
+	var pe *rules.PathError
+	if errors.As(err, &pe) {
+		return badRequest("path", "%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	e.LastRefusal = s.refusals.last(e.KeyHash)
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// ruleVersions reads each stored rule's version: the snapshot that last
+// changed it.
+func (s *Service) ruleVersions(r *http.Request) (map[int64]int64, error) {
+	rows, err := s.pool.Query(r.Context(), "SELECT id, version FROM rules")
+	if err != nil {
+		return nil, fmt.Errorf("explain: read rule versions: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64]int64{}
+	for rows.Next() {
+		var id, v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, fmt.Errorf("explain: read rule versions: %w", err)
+		}
+		out[id] = v
+	}
+	return out, rows.Err()
+}
+
+// refused answers GET /admin/v1/refused: the busiest refused keys of
+// each rule version, at most 10 a rule.
+func (s *Service) refused(w http.ResponseWriter, r *http.Request, _ string) error {
+	writeJSON(w, http.StatusOK, map[string]any{"rules": s.refusals.top(10)})
+	return nil
+}
