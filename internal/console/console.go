@@ -1,9 +1,10 @@
 // Package console is the rules service's operator console: server-rendered
 // HTML pages under /ui for the people who change limits and answer
 // incidents. It shows the rules and their versions, the rollout, what
-// shadow rules would have refused, the emergency overrides and the fleet,
-// and offers the writes an incident needs: promote or halt a canary,
-// create or end an override.
+// shadow rules would have refused, the emergency overrides, the answer to
+// "why was I limited?" for a key and a request, and the fleet, and offers
+// the writes an incident needs: promote or halt a canary, create or end an
+// override.
 //
 // The console holds no data and makes no decision of its own: every page
 // and every write is a call to the admin API (/admin/v1), made in-process
@@ -146,7 +147,7 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/static/", http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)))
 	m.HandleFunc("GET "+Prefix+"/login", c.loginPage)
 	m.HandleFunc("POST "+Prefix+"/login", c.login)
-	m.HandleFunc("POST "+Prefix+"/logout", c.write(c.logout))
+	m.HandleFunc("POST "+Prefix+"/logout", c.form(c.logout))
 	m.HandleFunc("GET "+Prefix+"/{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/rules", http.StatusSeeOther)
 	})
@@ -155,12 +156,16 @@ func (c *Console) routes() {
 	})
 	m.HandleFunc("GET "+Prefix+"/rules", c.read(c.rulesPage))
 	m.HandleFunc("GET "+Prefix+"/rollout", c.read(c.rolloutPage))
-	m.HandleFunc("POST "+Prefix+"/rollout/{how}", c.write(c.decide))
+	m.HandleFunc("POST "+Prefix+"/rollout/{how}", c.form(c.decide))
 	m.HandleFunc("GET "+Prefix+"/shadow", c.read(c.shadowPage))
 	m.HandleFunc("GET "+Prefix+"/overrides", c.read(c.overridesPage))
-	m.HandleFunc("POST "+Prefix+"/overrides", c.write(c.createOverride))
-	m.HandleFunc("POST "+Prefix+"/overrides/end", c.write(c.endOverride))
+	m.HandleFunc("POST "+Prefix+"/overrides", c.form(c.createOverride))
+	m.HandleFunc("POST "+Prefix+"/overrides/end", c.form(c.endOverride))
 	m.HandleFunc("GET "+Prefix+"/fleet", c.read(c.fleetPage))
+	m.HandleFunc("GET "+Prefix+"/explain", c.read(c.explainPage))
+	// Explain is a POST, though it changes nothing, so that the API key
+	// asked about stays out of URLs, browser history and access logs.
+	m.HandleFunc("POST "+Prefix+"/explain", c.form(c.explain))
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusNotFound, "error", nil, errorView{Status: http.StatusNotFound, Message: "no console page " + r.URL.Path})
 	})

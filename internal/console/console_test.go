@@ -349,3 +349,32 @@ func itoa(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+func TestExplainIsAPostWithTheCSRFToken(t *testing.T) {
+	svc := startService(t, false)
+	w := adminClient(svc.url, writeToken)
+	ctx := context.Background()
+	if _, err := w.ApplyRuleSet(ctx, rules.Document{Keys: map[string]rules.KeyInfo{"key<i>pro</i>": {Plan: "pro"}},
+		Rules: []rules.Rule{{Scope: rules.ScopePlan, Match: rules.Match{Plan: "pro"}, Reason: "<b>pro</b> tier",
+			Limits: []rules.Limit{{Name: "s", Rate: 10, Per: rules.Duration(time.Second)}}}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	c := browser(t)
+	csrf := login(t, c, svc.url, readToken)
+	ask := url.Values{"key": {"key<i>pro</i>"}, "method": {"GET"}, "path": {"/v1/items"}}
+	if resp, _ := post(t, c, svc.url+"/ui/explain", ask, svc.url); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("explain without the CSRF token: got %d, want 403", resp.StatusCode)
+	}
+	ask.Set("csrf", csrf)
+	resp, body := post(t, c, svc.url+"/ui/explain", ask, svc.url)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="e-plan">pro<`) {
+		t.Fatalf("explain with a read session: got %d, want 200 with plan pro:\n%s", resp.StatusCode, body)
+	}
+	if strings.Contains(body, "<i>pro") || strings.Contains(body, "<b>pro") || !strings.Contains(body, "&lt;b&gt;pro&lt;/b&gt; tier") {
+		t.Errorf("explain shows the key or the reason unescaped")
+	}
+	ask.Set("path", "no-slash")
+	if resp, body := post(t, c, svc.url+"/ui/explain", ask, svc.url); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "path") {
+		t.Errorf("explain of a bad path: got %d, want the API's 400 naming path:\n%s", resp.StatusCode, body)
+	}
+}

@@ -142,11 +142,11 @@ func (c *Console) read(h func(w http.ResponseWriter, r *http.Request, s *session
 	}
 }
 
-// write wraps a form's action: it needs a session, a request from the
+// form wraps a form's action: it needs a session, a request from the
 // console's own origin when the browser says where it comes from, and the
 // session's CSRF token in the form. Whether the token may write is the
 // admin API's to say, on the call the action makes.
-func (c *Console) write(h func(w http.ResponseWriter, r *http.Request, s *session)) http.HandlerFunc {
+func (c *Console) form(h func(w http.ResponseWriter, r *http.Request, s *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 		s := c.sessionOf(r)

@@ -323,8 +323,40 @@ func TestConsole(t *testing.T) {
 	if len(statuses) != 3 {
 		t.Errorf("statuses %v: want three", statuses)
 	}
-	os, err := f.write.Overrides(context.Background())
-	if err != nil || len(os) != 1 || os[0].Match.Key != "key_pro" {
-		t.Errorf("overrides after the read session's writes: %v, %v; want key_pro's alone", os, err)
+	ovs, err := f.write.Overrides(context.Background())
+	if err != nil || len(ovs) != 1 || ovs[0].Match.Key != "key_pro" {
+		t.Errorf("overrides after the read session's writes: %v, %v; want key_pro's alone", ovs, err)
 	}
+
+	// The fleet by region and version.
+	do(t, ctx, "fleet", chromedp.Navigate(base+"/ui/fleet"), chromedp.WaitVisible(chromedp.CSS("#fleet-total")))
+	regions := evaluate[[]string](t, ctx, `Array.from(document.querySelectorAll('section.region')).map(s => s.dataset.region + ':' + s.querySelectorAll('tr[data-gateway]').length)`)
+	if strings.Join(regions, ",") != "eu:1,us:1" {
+		t.Errorf("fleet regions %v, want eu:1 and us:1", regions)
+	}
+
+	// Why was key_pro limited? A read session may ask: the override, its
+	// reason as text, and the key stays out of the URL.
+	do(t, ctx, "explain",
+		chromedp.Navigate(base+"/ui/explain"),
+		chromedp.SendKeys(chromedp.CSS("#e-key"), "key_pro"),
+		chromedp.SetValue(chromedp.CSS("#e-path"), "/v1/items"),
+		chromedp.Click(chromedp.CSS("#e-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#explanation")))
+	answer := evaluate[struct {
+		Plan     string `json:"plan"`
+		Override string `json:"override"`
+		Tightest string `json:"tightest"`
+		URL      string `json:"url"`
+	}](t, ctx, `(() => { const o = Array.from(document.querySelectorAll('#explain-limits tr')).find(tr => tr.textContent.includes('override'));
+		return {plan: document.querySelector('#e-plan').textContent, override: o ? o.textContent : '',
+			tightest: document.querySelector('#e-tightest').textContent, url: location.href}; })()`)
+	if answer.Plan != "pro" || !strings.Contains(answer.Override, "INC-26: <retry storm>") || !strings.Contains(answer.Override, "yes") {
+		t.Errorf("explain key_pro: plan %q, override row %q; want plan pro and the override in force with its reason", answer.Plan, answer.Override)
+	}
+	if strings.Contains(answer.URL, "key_pro") {
+		t.Errorf("explain put the API key in the URL %s", answer.URL)
+	}
+	t.Logf("explain: tightest %q", answer.Tightest)
+	screenshot(t, ctx, "console-explain.png")
 }
