@@ -279,7 +279,10 @@ func TestConsole(t *testing.T) {
 	}
 	t.Logf("shadow rule %s counted", shadowID)
 
-	// A bad rule: the canary refuses nearly every free request and halts.
+	// A bad rule: while no traffic flows its canary runs, with nothing
+	// to compare; once traffic flows, the canary refuses nearly every
+	// free request and halts.
+	stop()
 	bad, err := f.write.CreateRule(context.Background(), rules.Rule{Scope: rules.ScopePlan, Match: rules.Match{Plan: "free"},
 		Limits: []rules.Limit{{Name: "oops", Rate: 1, Per: rules.Duration(time.Hour)}}, Reason: "typo: per 1h"})
 	if err != nil {
@@ -287,6 +290,14 @@ func TestConsole(t *testing.T) {
 	}
 	bv := bad.Snapshot.Version
 	do(t, ctx, "rollout page", chromedp.Navigate(base+"/ui/rollout"), chromedp.WaitVisible(chromedp.CSS("#stable")))
+	running := fmt.Sprintf(`section.canary[data-version="%d"]`, bv)
+	do(t, ctx, "the canary runs", chromedp.WaitVisible(chromedp.CSS(running)))
+	card, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(running)))
+	if !strings.Contains(card, "of the window") || !strings.Contains(card, "gw-") ||
+		evaluate[int](t, ctx, `document.querySelectorAll('#promote, #halt').length`) != 2 {
+		t.Errorf("running canary %d shows %q: want its gateway, its time left, promote and halt", bv, card)
+	}
+	stop = f.traffic(t, "key_free")
 	sel := fmt.Sprintf(`section.halted[data-version="%d"]`, bv)
 	// The page reloads itself while the canary runs.
 	do(t, ctx, "the canary halts", chromedp.WaitVisible(chromedp.CSS(sel)))
