@@ -138,6 +138,9 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// another site's.
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if r.TLS != nil {
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
 	c.mux.ServeHTTP(w, r)
 }
 

@@ -198,6 +198,9 @@ func TestLoginKeepsTheTokenOnTheServer(t *testing.T) {
 			t.Errorf("tls %v: cookie %s: HttpOnly %v, SameSite %v, Secure %v; want HttpOnly, Strict, Secure %v, no token",
 				tls, ck.Name, ck.HttpOnly, ck.SameSite, ck.Secure, tls)
 		}
+		if resp, _ := get(t, c, svc.url+"/ui/rules"); (resp.Header.Get("Strict-Transport-Security") != "") != tls {
+			t.Errorf("tls %v: Strict-Transport-Security %q", tls, resp.Header.Get("Strict-Transport-Security"))
+		}
 		for _, path := range []string{"/ui/rules", "/ui/overrides"} {
 			if _, body := get(t, c, svc.url+path); strings.Contains(body, writeToken) {
 				t.Errorf("tls %v: %s shows the token", tls, path)
