@@ -59,7 +59,8 @@ type rulesView struct {
 	Audit    []admin.AuditEntry
 	Versions []int64
 	CanDiff  bool
-	From, To int64
+	From, To int64 // the versions compared, or offered when Asked is false
+	Asked    bool  // whether a diff was asked for
 	Diff     []docChange
 	DiffErr  string
 }
@@ -85,8 +86,13 @@ func (c *Console) rulesPage(w http.ResponseWriter, r *http.Request, s *session) 
 			v.Versions = append(v.Versions, *e.Version)
 		}
 	}
+	if len(v.Versions) >= 2 {
+		// The form offers the newest change first.
+		v.From, v.To = v.Versions[1], v.Versions[0]
+	}
 	q := r.URL.Query()
 	if q.Has("from") && q.Has("to") && v.CanDiff {
+		v.Asked = true
 		v.From, _ = strconv.ParseInt(q.Get("from"), 10, 64)
 		v.To, _ = strconv.ParseInt(q.Get("to"), 10, 64)
 		v.Diff, err = c.diffVersions(r, v.From, v.To)

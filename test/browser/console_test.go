@@ -308,6 +308,14 @@ func TestConsole(t *testing.T) {
 	stop()
 	screenshot(t, ctx, "console-rollout.png")
 
+	// The diff between the newest two versions: the bad rule added.
+	do(t, ctx, "diff", chromedp.Navigate(base+"/ui/rules"), chromedp.Click(chromedp.CSS("#diff-form button")),
+		chromedp.WaitVisible(chromedp.CSS("#diff")))
+	diff, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#diff tbody")))
+	if want := fmt.Sprintf("add\trule %d", bad.After.ID); !strings.Contains(diff, want) || !strings.Contains(diff, "typo: per 1h") {
+		t.Errorf("diff of the newest two versions: %q, want %q with its reason", diff, want)
+	}
+
 	// With the read token the write controls are gone, and the server
 	// refuses the writes all the same.
 	do(t, ctx, "sign out", chromedp.Click(chromedp.CSS("header form button")), chromedp.WaitVisible(chromedp.CSS("#token")))
