@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,13 +11,13 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/internal/console"
 	"github.com/sluice-rl/sluice/internal/pgtest"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -29,34 +28,16 @@ const (
 	gatewayToken = "gateway-token-0123456789"
 )
 
-// syncBuffer is a log the service writes from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // service is a rules service on a fresh schema, served by httptest, with
 // its log.
 type service struct {
 	url string
-	log *syncBuffer
+	log *proctest.Buffer
 }
 
 func startService(t *testing.T, tls bool) service {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &proctest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := rulesvc.New(ctx, rulesvc.Config{Postgres: pgtest.DSN(), Schema: pgtest.Schema(t, "sluice_console_"),
 		Tokens: []rulesvc.Token{
