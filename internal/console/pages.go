@@ -19,6 +19,10 @@ type ruleRow struct {
 	admin.RuleView
 	MatchText  string
 	LimitsText string
+	// Pending is the rollout state of the rule's version when that
+	// version is newer than the stable one: "canary", or "halted" or
+	// "superseded" for a change that is stored but not in force.
+	Pending string
 }
 
 func newRuleRow(v admin.RuleView) ruleRow {
@@ -55,6 +59,7 @@ func limitsText(ls []rules.Limit) string {
 
 // rulesView is the rules page's data.
 type rulesView struct {
+	Stable   int64
 	Rules    []ruleRow
 	Audit    []admin.AuditEntry
 	Versions []int64
@@ -77,9 +82,22 @@ func (c *Console) rulesPage(w http.ResponseWriter, r *http.Request, s *session) 
 		c.fail(w, r, s, "", err)
 		return
 	}
-	v := rulesView{Audit: audit, CanDiff: c.cfg.Document != nil}
+	st, err := cl.Rollout(r.Context())
+	if err != nil {
+		c.fail(w, r, s, "", err)
+		return
+	}
+	states := map[int64]string{}
+	for _, ro := range st.Rollouts {
+		states[ro.Version] = ro.State
+	}
+	v := rulesView{Audit: audit, CanDiff: c.cfg.Document != nil, Stable: st.Stable}
 	for _, rv := range rs {
-		v.Rules = append(v.Rules, newRuleRow(rv))
+		row := newRuleRow(rv)
+		if rv.Version > st.Stable {
+			row.Pending = cmp.Or(states[rv.Version], "not promoted")
+		}
+		v.Rules = append(v.Rules, row)
 	}
 	for _, e := range audit {
 		if e.Version != nil && !slices.Contains(v.Versions, *e.Version) {
@@ -178,8 +196,11 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 	http.Redirect(w, r, Prefix+"/rollout", http.StatusSeeOther)
 }
 
+// shadowWindow is a period the shadow page sums over.
+type shadowWindow struct{ Label, Since string }
+
 // shadowWindows are the periods the shadow page sums over, shortest first.
-var shadowWindows = []string{"5m", "1h", "6h", "24h", "168h"}
+var shadowWindows = []shadowWindow{{"5 min", "5m"}, {"1 h", "1h"}, {"6 h", "6h"}, {"24 h", "24h"}, {"7 days", "168h"}}
 
 // shadowRow is one shadow rule's would-be refusals.
 type shadowRow struct {
@@ -198,10 +219,9 @@ type planRow struct {
 
 // shadowView is the shadow page's data.
 type shadowView struct {
-	Windows []string
+	Windows []shadowWindow
 	Rules   []shadowRow
 	Plans   []planRow
-	Since   string
 }
 
 func (c *Console) shadowPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -215,13 +235,13 @@ func (c *Console) shadowPage(w http.ResponseWriter, r *http.Request, s *session)
 		row := newRuleRow(rv)
 		byID[rv.ID] = &row
 	}
-	v := shadowView{Windows: shadowWindows, Since: shadowWindows[len(shadowWindows)-1]}
+	v := shadowView{Windows: shadowWindows}
 	at := map[int64]int{}
 	for i, win := range shadowWindows {
 		var out struct {
 			Rules []admin.ShadowRule `json:"rules"`
 		}
-		if err := c.api.get(r, s, "/shadow?since="+win, &out); err != nil {
+		if err := c.api.get(r, s, "/shadow?since="+win.Since, &out); err != nil {
 			c.fail(w, r, s, "", err)
 			return
 		}

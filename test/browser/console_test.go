@@ -315,6 +315,10 @@ func TestConsole(t *testing.T) {
 	if want := fmt.Sprintf("add\trule %d", bad.After.ID); !strings.Contains(diff, want) || !strings.Contains(diff, "typo: per 1h") {
 		t.Errorf("diff of the newest two versions: %q, want %q with its reason", diff, want)
 	}
+	// The halted rule is stored, and marked as not in force.
+	if tag, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(fmt.Sprintf(`#rules tr[data-rule="%d"] .pending`, bad.After.ID)))); tag != fmt.Sprintf("v%d halted: not in force", bv) {
+		t.Errorf("the halted rule is tagged %q, want it marked as not in force", tag)
+	}
 
 	// With the read token the write controls are gone, and the server
 	// refuses the writes all the same.
