@@ -232,11 +232,12 @@ func TestConsole(t *testing.T) {
 		eventually(t, 20*time.Second, "gateway "+g.URL+" runs the override's version", func() bool { return metricsVersion(g) >= version })
 	}
 	eventually(t, 20*time.Second, "the console shows both gateways on the override's version", func() bool {
-		vs := evaluate[[]int64](t, ctx, `Array.from(document.querySelectorAll('#reach td.version')).map(td => +td.textContent)`)
+		// Errors are retried: a reload may be under way.
+		vs, _ := chromedp.Run(ctx, chromedp.Evaluate[[]int64](`Array.from(document.querySelectorAll('#reach td.version')).map(td => +td.textContent)`))
 		if len(vs) == 2 && vs[0] >= version && vs[1] >= version {
 			return true
 		}
-		chromedp.Do(ctx, chromedp.Reload())
+		chromedp.Do(ctx, chromedp.Navigate(base+"/ui/overrides"), chromedp.WaitVisible(chromedp.CSS("#reach")))
 		return false
 	})
 	refused := 0
@@ -261,13 +262,13 @@ func TestConsole(t *testing.T) {
 	hashed := keyhash.Of("k:key_free")
 	eventually(t, 40*time.Second, "the shadow page shows would-be refusals", func() bool {
 		chromedp.Do(ctx, chromedp.Navigate(base+"/ui/shadow"), chromedp.WaitVisible(chromedp.CSS("#shadow")))
-		got := evaluate[struct {
+		got, _ := chromedp.Run(ctx, chromedp.Evaluate[struct {
 			Rule  string `json:"rule"`
 			Count int64  `json:"count"`
 			Keys  string `json:"keys"`
-		}](t, ctx, `(() => { const tr = document.querySelector('#shadow tr[data-rule]'); if (!tr) return {rule: '', count: 0, keys: ''};
+		}](`(() => { const tr = document.querySelector('#shadow tr[data-rule]'); if (!tr) return {rule: '', count: 0, keys: ''};
 			const card = document.querySelector('section.card[data-rule="' + tr.dataset.rule + '"]');
-			return {rule: tr.dataset.rule, count: +tr.querySelector('td.num').textContent, keys: card ? card.textContent : ''}; })()`)
+			return {rule: tr.dataset.rule, count: +tr.querySelector('td.num').textContent, keys: card ? card.textContent : ''}; })()`))
 		shadowID = got.Rule
 		return got.Count > 0 && strings.Contains(got.Keys, hashed)
 	})
