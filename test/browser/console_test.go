@@ -382,5 +382,4 @@ func TestConsole(t *testing.T) {
 		t.Errorf("explain put the API key in the URL %s", answer.URL)
 	}
 	t.Logf("explain: tightest %q", answer.Tightest)
-	screenshot(t, ctx, "console-explain.png")
 }
