@@ -208,6 +208,24 @@ func TestConsole(t *testing.T) {
 	if shown.Text != markup || shown.Nodes != 0 {
 		t.Errorf("reason shown as %q with %d elements inside, want the text %q and none", shown.Text, shown.Nodes, markup)
 	}
+	// The style sheet and the script load under the policy, from the
+	// console itself and nowhere else.
+	loaded := evaluate[struct {
+		Header    string   `json:"header"`
+		Resources []string `json:"resources"`
+	}](t, ctx, `({header: getComputedStyle(document.querySelector('header')).backgroundColor,
+		resources: performance.getEntriesByType('resource').map(e => e.name)})`)
+	if loaded.Header != "rgb(20, 35, 58)" {
+		t.Errorf("header background %q: the style sheet did not apply", loaded.Header)
+	}
+	if len(loaded.Resources) != 2 {
+		t.Errorf("the rules page loaded %v, want the style sheet and the script", loaded.Resources)
+	}
+	for _, r := range loaded.Resources {
+		if !strings.HasPrefix(r, base+"/ui/static/") {
+			t.Errorf("the rules page loaded %s, not from the console", r)
+		}
+	}
 
 	// An override with a reason and an expiry reaches both gateways.
 	do(t, ctx, "create an override",
