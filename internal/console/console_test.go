@@ -362,3 +362,58 @@ func TestExplainIsAPostWithTheCSRFToken(t *testing.T) {
 		t.Errorf("explain of a bad path: got %d, want the API's 400 naming path:\n%s", resp.StatusCode, body)
 	}
 }
+
+func TestWriteSessionHaltsACanaryAndEndsAnOverride(t *testing.T) {
+	svc := startService(t, false)
+	w := adminClient(svc.url, writeToken)
+	ctx := context.Background()
+	lim := func(rate rules.Rate) []rules.Limit { return []rules.Limit{{Name: "s", Rate: rate, Per: rules.Duration(time.Second)}} }
+	// The first rules are promoted at once; the next change is a canary,
+	// waiting for gateways.
+	if _, err := w.CreateRule(ctx, rules.Rule{Scope: rules.ScopeDefault, Limits: lim(10)}); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := w.CreateRule(ctx, rules.Rule{Scope: rules.ScopePlan, Match: rules.Match{Plan: "pro"}, Limits: lim(20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.SetOverride(ctx, "k1", admin.Override{Reason: "r", Limits: lim(1), ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	c := browser(t)
+	csrf := login(t, c, svc.url, writeToken)
+	_, page := get(t, c, svc.url+"/ui/rollout")
+	if !strings.Contains(page, `id="halt"`) || !strings.Contains(page, `id="promote"`) {
+		t.Fatalf("the rollout page shows a write session no halt and promote buttons:\n%s", page)
+	}
+	for _, tc := range []struct{ path, field, value, flash string }{
+		{"/ui/rollout/halt", "reason", "refusals up", "halted"},
+		{"/ui/overrides/end", "key", "k1", "override of k1 ended"},
+	} {
+		resp, body := post(t, c, svc.url+tc.path, url.Values{"csrf": {csrf}, tc.field: {tc.value}}, svc.url)
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("%s: got %d, want 303:\n%s", tc.path, resp.StatusCode, body)
+		}
+		if _, page := get(t, c, svc.url+resp.Header.Get("Location")); !strings.Contains(page, tc.flash) {
+			t.Errorf("%s: the next page does not say %q", tc.path, tc.flash)
+		}
+	}
+	st, err := w.Rollout(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The override laid itself over the stable version and started a
+	// canary of the whole rule set, superseding ch's: that one was halted.
+	halted := 0
+	for _, ro := range st.Rollouts {
+		if ro.Version > ch.Snapshot.Version && ro.State == "halted" && strings.Contains(ro.Reason, "alice") && strings.Contains(ro.Reason, "refusals up") {
+			halted++
+		}
+	}
+	if halted != 1 {
+		t.Errorf("rollouts after the console's halt: %+v; want one above version %d halted by alice with the reason", st.Rollouts, ch.Snapshot.Version)
+	}
+	if os, err := w.Overrides(ctx); err != nil || len(os) != 0 {
+		t.Errorf("overrides after the console ended k1: %v, %v; want none", os, err)
+	}
+}
