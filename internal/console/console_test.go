@@ -367,7 +367,9 @@ func TestWriteSessionHaltsACanaryAndEndsAnOverride(t *testing.T) {
 	svc := startService(t, false)
 	w := adminClient(svc.url, writeToken)
 	ctx := context.Background()
-	lim := func(rate rules.Rate) []rules.Limit { return []rules.Limit{{Name: "s", Rate: rate, Per: rules.Duration(time.Second)}} }
+	lim := func(rate rules.Rate) []rules.Limit {
+		return []rules.Limit{{Name: "s", Rate: rate, Per: rules.Duration(time.Second)}}
+	}
 	// The first rules are promoted at once; the next change is a canary,
 	// waiting for gateways.
 	if _, err := w.CreateRule(ctx, rules.Rule{Scope: rules.ScopeDefault, Limits: lim(10)}); err != nil {
