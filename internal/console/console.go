@@ -147,7 +147,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (c *Console) routes() {
 	m := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
-	m.Handle("GET "+Prefix+"/static/", http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)))
+	files := http.StripPrefix(Prefix+"/static/", http.FileServerFS(static))
+	m.HandleFunc("GET "+Prefix+"/static/{file}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		files.ServeHTTP(w, r)
+	})
 	m.HandleFunc("GET "+Prefix+"/login", c.loginPage)
 	m.HandleFunc("POST "+Prefix+"/login", c.login)
 	m.HandleFunc("POST "+Prefix+"/logout", c.form(c.logout))

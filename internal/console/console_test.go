@@ -151,6 +151,9 @@ func TestEveryAnswerCarriesTheCSP(t *testing.T) {
 			}
 		}
 	}
+	if resp, _ := get(t, c, svc.url+"/ui/static/"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/ui/static/: got %d, want 404, not a listing", resp.StatusCode)
+	}
 	if !strings.Contains(console.CSP, "default-src 'self'") || strings.Contains(console.CSP, "unsafe") {
 		t.Errorf("CSP %q: want default-src 'self' and nothing unsafe", console.CSP)
 	}
