@@ -49,6 +49,10 @@ type Explanation struct {
 	// LastRefusal is the most recent refusal of this key the gateways
 	// reported, when the answering service has seen one.
 	LastRefusal *Refusal `json:"last_refusal,omitempty"`
+	// Refused are the busiest refused keys of the rules listed, newest
+	// version first, when the answering service has seen them refuse
+	// (hashed keys; see RefusedRule): who else this rule is refusing now.
+	Refused []RefusedRule `json:"refused,omitempty"`
 	// StateError says why the limits carry no State, when a store was
 	// asked and failed.
 	StateError string `json:"state_error,omitempty"`
@@ -137,8 +141,18 @@ type Refusal struct {
 // in the store when the service reads one, and the last refusal the
 // gateways reported.
 func (c *Client) Explain(ctx context.Context, key, method, path string) (Explanation, error) {
+	return c.ExplainRegion(ctx, key, method, path, "")
+}
+
+// ExplainRegion is Explain with region's shares of the limits, which the
+// rules service reads from the quota balancer it is given; an empty region
+// is Explain.
+func (c *Client) ExplainRegion(ctx context.Context, key, method, path, region string) (Explanation, error) {
 	var e Explanation
 	q := url.Values{"key": {key}, "method": {method}, "path": {path}}
+	if region != "" {
+		q.Set("region", region)
+	}
 	err := c.do(ctx, "GET", ExplainPath+"?"+q.Encode(), nil, &e)
 	return e, err
 }

@@ -68,6 +68,12 @@ type Config struct {
 	// Timeout bounds each store call. Zero means no bound beyond the
 	// request's own context.
 	Timeout time.Duration
+	// Settle settles the cost of a request to an endpoint with a cost
+	// header (rules.Endpoint.CostHeader) once its response has ended. Nil
+	// means Store, if it is a Settler; without one, cost headers are
+	// stripped from responses and the estimate stands. Only Middleware
+	// settles: Check alone cannot see the response.
+	Settle Settler
 	// OnDecision, if set, is called after every store call: once for the
 	// request's enforced limits and, when it has shadow limits, once more
 	// for them (Event.Shadow), both from the request's one store call. It
@@ -126,6 +132,7 @@ type Limiter struct {
 	now                  func() time.Time
 	timeout              time.Duration
 	onDecision           func(Event)
+	settler              Settler
 }
 
 // New returns a Limiter for cfg.
@@ -148,6 +155,10 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{Now: l.now})
+	}
+	l.settler = cfg.Settle
+	if st, ok := l.store.(Settler); ok && l.settler == nil {
+		l.settler = st
 	}
 	l.sampled = newSampler(logEvery)
 	for i, p := range cfg.TrustedProxies {
@@ -175,11 +186,19 @@ func New(cfg Config) (*Limiter, error) {
 // the store is failing 503, each with a problem document.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := l.Check(w, r); err != nil {
+		start := time.Now()
+		var p pending
+		err := l.check(w, r, &p)
+		l.metrics.observe(time.Since(start))
+		if err != nil {
 			WriteError(w, err)
 			return
 		}
-		next.ServeHTTP(w, r)
+		if p.header == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		l.serveAndSettle(w, r, next, &p)
 	})
 }
 
@@ -188,7 +207,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 // Middleware is Check followed by WriteError or the next handler.
 func (l *Limiter) Check(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	err := l.check(w, r)
+	err := l.check(w, r, nil)
 	l.metrics.observe(time.Since(start))
 	return err
 }
@@ -204,7 +223,9 @@ type pooledRequest struct {
 	limits []limit.Limit
 }
 
-func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
+// check limits one request; when p is not nil and the request passes to
+// an endpoint with a cost header, it fills p for the settle.
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) error {
 	set := l.rules.Current()
 	if set == nil {
 		return nil
@@ -222,6 +243,11 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	}
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
 	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version, plan: l.metrics.plan(set, res.Plan)}
+	if p != nil && res.CostHeader != "" {
+		// Stripped from the response whatever happens; settled only when
+		// the store took the estimate (below).
+		p.header = res.CostHeader
+	}
 
 	if len(res.Limits) == 0 && len(res.Shadow) == 0 {
 		l.unlimited(cl)
@@ -255,9 +281,15 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
+	if !d.Allowed && d.RetryAfter != limit.Never {
+		l.countRefusal(cl, &res, req, &d, src)
+	}
 	b := limit.BudgetOf(lim, &d)
 	SetRateHeaders(w.Header(), &b)
 	if d.Allowed {
+		if p != nil && res.CostHeader != "" {
+			p.key, p.limits, p.estimate, p.cl = req.Key, res.Limits, req.EffectiveCost(), cl
+		}
 		l.metrics.decision(outcomeAllowed, lim.Name, src, cl.plan)
 		if src == limit.FromLocalFallback {
 			l.logDecision(cl, slog.LevelInfo, "rate limit decision",
@@ -269,7 +301,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) error {
 	l.logDecision(cl, slog.LevelInfo, "rate limit decision", logLine{outcome: outcomeRefused, limit: lim,
 		rule: ruleAt(res.Rules, d.Index), source: src, wait: b.RetryAfter, checked: res.Limits})
 	e := refusal(lim, &d, b.RetryAfter, req.EffectiveCost())
-	nameRule(e, &res, d.Index, cl.version)
+	nameRule(e, &res, &d, cl.version)
 	return e
 }
 

@@ -191,7 +191,9 @@ func TestHeadersOfASequence(t *testing.T) {
 	p := decodeProblem(t, resp, body)
 	// The refusing rule is named: the default rule of a rules file.
 	if p.Rule == nil || *p.Rule != (gateway.ProblemRule{Scope: rules.ScopeDefault}) ||
-		len(p.Limits) != 1 || p.Limits[0] != (gateway.ProblemLimit{Name: "s", Quota: 10, Window: 2, Refused: true, Rule: *p.Rule}) {
+		len(p.Limits) != 1 || p.Limits[0].Remaining == nil || *p.Limits[0].Remaining != 0 ||
+		p.Limits[0] != (gateway.ProblemLimit{Name: "s", Quota: 10, Window: 2, Refused: true, Remaining: p.Limits[0].Remaining,
+			RetryAfterMillis: 200, Rule: *p.Rule}) {
 		t.Errorf("problem rule %+v limits %+v, want the default rule's s, 10 per 2 s, refusing", p.Rule, p.Limits)
 	}
 	p.Rule, p.Limits = nil, nil

@@ -26,6 +26,7 @@ type metrics struct {
 	decisions   *prometheus.CounterVec
 	latency     prometheus.Histogram
 	storeErrors prometheus.Counter
+	settles     *prometheus.CounterVec
 	plans       atomic.Pointer[planNames] // of the rule set last seen; see plan
 }
 
@@ -69,8 +70,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "sluice", Subsystem: "gateway", Name: "store_errors_total",
 			Help: "Store calls that failed; the request then failed open or, under a fail_mode closed limit, got 503.",
 		}),
+		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "gateway", Name: "settles_total",
+			Help: "Responses of endpoints with a cost header, and refusals of rules whose refusals count, by how their cost was settled: exact (the estimate was right), took (the rest taken), debt (taken, leaving the key in debt), gave_back (the unused part given back), missing (no or a bad cost header: the estimate stands), refusal (a refused request charged under refusals: count), error (the store failed: the estimate stands, or the refusal took nothing).",
+		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.storeErrors} {
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.storeErrors, m.settles} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: register metrics: %w", err)
 		}
@@ -119,5 +124,11 @@ func (m *metrics) storeError() {
 func (m *metrics) observe(d time.Duration) {
 	if m != nil {
 		m.latency.Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) settled(outcome string) {
+	if m != nil {
+		m.settles.WithLabelValues(outcome).Inc()
 	}
 }

@@ -40,8 +40,14 @@ type ProblemLimit struct {
 	Quota  int64  `json:"quota"`
 	Window int64  `json:"window"`
 	// Refused is true for the limit that refused the request.
-	Refused bool        `json:"refused,omitempty"`
-	Rule    ProblemRule `json:"rule"`
+	Refused bool `json:"refused,omitempty"`
+	// Remaining and RetryAfterMillis are this limit's own answer, when
+	// the store gave one per limit (limit.Decision.Results): the tokens it
+	// holds, and how long until it alone has room for the request (zero
+	// when it had room).
+	Remaining        *int64      `json:"remaining,omitempty"`
+	RetryAfterMillis int64       `json:"retry_after_ms,omitempty"`
+	Rule             ProblemRule `json:"rule"`
 }
 
 // problemRule describes rule r of snapshot version; the zero ProblemRule
@@ -82,27 +88,34 @@ func describeRule(p ProblemRule) string {
 	return b.String()
 }
 
-// problemLimits lists the enforced limits ls of a refused request, from
-// rules rs, marking the one at refused.
-func problemLimits(ls []limit.Limit, rs []*rules.Rule, refused int, version int64) []ProblemLimit {
+// problemLimits lists the enforced limits ls of a request refused by d,
+// from rules rs, with each one's own answer when d holds it.
+func problemLimits(ls []limit.Limit, rs []*rules.Rule, d *limit.Decision, version int64) []ProblemLimit {
 	out := make([]ProblemLimit, len(ls))
 	for i := range ls {
 		b := limit.BudgetOf(&ls[i], &limit.Decision{})
 		out[i] = ProblemLimit{Name: ls[i].Name, Quota: b.Quota, Window: b.Window,
-			Refused: i == refused, Rule: problemRule(ruleAt(rs, i), version)}
+			Refused: i == d.Index, Rule: problemRule(ruleAt(rs, i), version)}
+		if r, ok := d.Result(i); ok {
+			rem := max(r.Remaining, 0)
+			out[i].Remaining = &rem
+			if r.RetryAfter > 0 {
+				out[i].RetryAfterMillis = max(r.RetryAfter.Milliseconds(), 1)
+			}
+		}
 	}
 	return out
 }
 
-// nameRule adds to refusal e the rule of the limit at index i of res,
-// which refused, and every enforced limit of res.
-func nameRule(e *Error, res *rules.Resolution, i int, version int64) {
-	r := problemRule(ruleAt(res.Rules, i), version)
+// nameRule adds to refusal e the rule of the limit of res that refused
+// (d.Index), and every enforced limit of res.
+func nameRule(e *Error, res *rules.Resolution, d *limit.Decision, version int64) {
+	r := problemRule(ruleAt(res.Rules, d.Index), version)
 	if r.Scope == "" {
 		return
 	}
 	e.Problem.Rule = &r
-	e.Problem.Limits = problemLimits(res.Limits, res.Rules, i, version)
+	e.Problem.Limits = problemLimits(res.Limits, res.Rules, d, version)
 	e.Problem.Detail += "; set by " + describeRule(r)
 }
 

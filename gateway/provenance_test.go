@@ -77,7 +77,13 @@ func TestRefusalNamesTheRule(t *testing.T) {
 			t.Errorf("%s: the body shows the override's reason, an operator's note: %s", tt.key, body)
 		}
 		if len(p.Limits) != 2 || p.Limits[0].Name != "minute" || p.Limits[1].Name != "second" || !p.Limits[1].Refused || p.Limits[0].Refused {
-			t.Errorf("%s: got limits %+v, want minute then second, second refusing", tt.key, p.Limits)
+			t.Fatalf("%s: got limits %+v, want minute then second, second refusing", tt.key, p.Limits)
+		}
+		// Each limit's own answer: the minute had room, the second none.
+		if m, s := p.Limits[0], p.Limits[1]; m.Remaining == nil || *m.Remaining != 100-int64(tt.passes) || m.RetryAfterMillis != 0 ||
+			s.Remaining == nil || *s.Remaining != 0 || s.RetryAfterMillis <= 0 {
+			t.Errorf("%s: got minute %+v second %+v, want the minute with %d left, the second with none and a wait",
+				tt.key, m, s, 100-tt.passes)
 		}
 	}
 	// The decision log names the override with its reason.

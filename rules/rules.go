@@ -139,6 +139,9 @@ type Rule struct {
 	FailMode  FailMode  `json:"fail_mode,omitempty" yaml:"fail_mode,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero" yaml:"expires_at,omitempty"`
 	Reason    string    `json:"reason,omitempty" yaml:"reason,omitempty"`
+	// Refusals says whether a request this rule's limits refuse still
+	// spends their tokens: RefusalsFree (the default) or RefusalsCount.
+	Refusals Refusals `json:"refusals,omitempty" yaml:"refusals,omitempty"`
 }
 
 // KeyInfo is what the key directory knows of one API key.
@@ -161,6 +164,11 @@ type Endpoint struct {
 	CaseSensitive bool `json:"case_sensitive,omitempty" yaml:"case_sensitive,omitempty"`
 	// Cost is the tokens one request takes; zero means 1.
 	Cost Tokens `json:"cost,omitempty" yaml:"cost,omitempty"`
+	// CostHeader, when set, names the response header or trailer in which
+	// the upstream tells the request's true cost: Cost is then the
+	// estimate taken before the request passes, and the gateway settles
+	// the difference once the response ends (see docs/algorithms.md).
+	CostHeader string `json:"cost_header,omitempty" yaml:"cost_header,omitempty"`
 }
 
 // Document is a rule set as written: the rules file's YAML, or the JSON body

@@ -148,6 +148,8 @@ func Compile(doc Document, version int64) (*Set, error) {
 			return nil, &FieldError{Where: where, Field: "cost", Problem: fmt.Sprintf("%d is negative", ep.Cost)}
 		case ep.Method != "" && ep.Method != strings.ToUpper(ep.Method):
 			return nil, &FieldError{Where: where, Field: "method", Problem: fmt.Sprintf("%q must be upper case", ep.Method)}
+		case checkCostHeader(ep.CostHeader) != nil:
+			return nil, &FieldError{Where: where, Field: "cost_header", Problem: checkCostHeader(ep.CostHeader).Error()}
 		}
 		names[ep.Name] = true
 		s.endpoints = append(s.endpoints, ep)
@@ -275,6 +277,9 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	default:
 		return fe("fail_mode", "%q is not open or closed", r.FailMode)
 	}
+	if err := r.Refusals.check(); err != nil {
+		return fe("refusals", "%v", err)
+	}
 	if len(r.Limits) == 0 {
 		return fe("limits", "a rule needs at least one limit")
 	}
@@ -328,6 +333,9 @@ type Resolution struct {
 	Rules []*Rule
 	// ShadowRules are parallel to Shadow.
 	ShadowRules []*Rule
+	// CostHeader is the endpoint's Endpoint.CostHeader: the response
+	// header or trailer holding the true cost, Cost being the estimate.
+	CostHeader string
 }
 
 // Key returns what the directory knows of an API key.
@@ -439,6 +447,9 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		for _, ep := range s.endpoints {
 			if ep.Name == k.endpoint && ep.Cost > 0 {
 				res.Cost = int64(ep.Cost)
+			}
+			if ep.Name == k.endpoint {
+				res.CostHeader = ep.CostHeader
 			}
 		}
 	}

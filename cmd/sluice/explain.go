@@ -23,7 +23,7 @@ import (
 // service or of a running gateway's metrics address.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o adminOptions
-	var gatewayURL, method, path string
+	var gatewayURL, method, path, region string
 	var asJSON bool
 	fs := newFlagSet("explain", "KEY --path PATH [--method GET] [--gateway URL | --rules-url URL] [flags]", stderr,
 		"Explains why the API key KEY is limited on a request: its plan and org, every",
@@ -37,6 +37,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&gatewayURL, "gateway", "", "`URL` of a running gateway's metrics address, such as http://127.0.0.1:9090, asked instead of the rules service")
 	fs.StringVar(&method, "method", "GET", "the request's `method`")
 	fs.StringVar(&path, "path", "", "the request's `path`, such as /v1/search (required)")
+	fs.StringVar(&region, "region", "", "the `region` whose shares to show, read by the rules service from its --balancer-url (a gateway shows its own)")
 	fs.BoolVar(&asJSON, "json", false, "print the answer as JSON")
 	addAdminFlags(fs, &o)
 	pos, err := parseArgs(fs, args, "KEY")
@@ -57,7 +58,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else if c, err = o.client(os.Getenv); err != nil {
 		return err
 	}
-	e, err := c.Explain(ctx, pos[0], strings.ToUpper(method), path)
+	e, err := c.ExplainRegion(ctx, pos[0], strings.ToUpper(method), path, region)
 	if err != nil {
 		return err
 	}
@@ -126,6 +127,13 @@ func printExplanation(w io.Writer, e *admin.Explanation) {
 	tw.Flush()
 	if e.StateError != "" {
 		fmt.Fprintf(w, "state not read: %s\n", e.StateError)
+	}
+	for _, rr := range e.Refused {
+		fmt.Fprintf(w, "rule #%d (rules version %d) refused %d requests; busiest keys:", rr.Rule, rr.RulesVersion, rr.Refused)
+		for _, k := range rr.Keys {
+			fmt.Fprintf(w, " %s (%d)", k.Key, k.Count)
+		}
+		fmt.Fprintln(w)
 	}
 	if r := e.LastRefusal; r != nil {
 		fmt.Fprintf(w, "last refused by rule #%d (limit %s, rules version %d), reported at %s\n", r.Rule, r.Limit, r.RulesVersion, r.At.Format(time.RFC3339))

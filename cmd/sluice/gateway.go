@@ -198,7 +198,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer stopTracing()
 	lim, err := gateway.New(gateway.Config{
 		Store: tracer.store(store), Rules: src, TrustedProxies: opts.TrustedProxies, UnknownKeysAsAddress: opts.UnknownKeys,
-		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout, OnDecision: onDecision,
+		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout, OnDecision: onDecision, Settle: store,
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -27,10 +28,11 @@ const (
 
 // rulesOptions are the rules service's command-line flags.
 type rulesOptions struct {
-	cfg        rulesvc.Config
-	listen     string
-	tokensFile string
-	redis      *redisFlags // read-only, for explain's bucket states
+	cfg         rulesvc.Config
+	listen      string
+	tokensFile  string
+	redis       redisstore.Config // read-only, for explain's bucket states
+	balancerURL string            // for explain's region shares
 	runFlags
 }
 
@@ -78,8 +80,13 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
 	// The gateways' Redis, for GET /admin/v1/explain's state of a key's
 	// buckets: read, never taken from.
-	o.redis = addRedisFlags(fs)
-	err := parseFlags(fs, args)
+	redis := addRedisFlags(fs)
+	fs.StringVar(&o.balancerURL, "balancer-url", "", "base `URL` of the quota balancer, read by explain?region= for a key's region shares; its operator token (one without a region) comes from $"+envBalancerToken)
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	var err error
+	o.redis, err = redis.Config(os.Getenv)
 	return o, err
 }
 
@@ -134,11 +141,7 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 
-	rc, err := o.redis.Config(os.Getenv)
-	if err != nil {
-		return err
-	}
-	if len(rc.Addrs) > 0 {
+	if rc := o.redis; len(rc.Addrs) > 0 {
 		rc.Logger = logger
 		rs, err := redisstore.New(ctx, rc)
 		if err != nil {
@@ -146,6 +149,12 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer rs.Close()
 		o.cfg.Store = rs
+	}
+	if o.balancerURL != "" {
+		if !strings.HasPrefix(o.balancerURL, "http://") && !strings.HasPrefix(o.balancerURL, "https://") {
+			return fmt.Errorf("--balancer-url %q: want an http:// or https:// URL", o.balancerURL)
+		}
+		o.cfg.Balancer = &rulesvc.BalancerShares{URL: o.balancerURL, Token: os.Getenv(envBalancerToken)}
 	}
 	svc, err := rulesvc.New(ctx, o.cfg)
 	if err != nil {

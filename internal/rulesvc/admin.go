@@ -152,6 +152,9 @@ func decodeRule(r *http.Request, id int64) (rules.Rule, error) {
 	if rule.ID != 0 && rule.ID != id {
 		return rule, badRequest("id", "is assigned by the service; %d does not match the path", rule.ID)
 	}
+	if err := checkStoredRule("", &rule); err != nil {
+		return rule, err
+	}
 	if !rule.ExpiresAt.IsZero() && !rule.ExpiresAt.After(time.Now()) {
 		return rule, badRequest("expires_at", "%s is in the past", rule.ExpiresAt.Format(time.RFC3339))
 	}

@@ -70,7 +70,7 @@ func endpointEntries() entries[rules.Endpoint] {
 				return badRequest("name", "%q does not match the path's %q", ep.Name, name)
 			}
 			ep.Name = name
-			return nil
+			return checkStoredEndpoint(ep)
 		},
 	}
 }

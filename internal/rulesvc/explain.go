@@ -68,6 +68,14 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 	}
 	in := admin.ExplainInput{Set: set, Now: time.Now(), Key: key, Method: method, Path: path,
 		Versions: versions, Store: s.cfg.Store, Share: s.cfg.Share}
+	if region := q.Get("region"); region != "" {
+		if s.cfg.Balancer == nil {
+			return badRequest("region", "the service is not given the balancer (--balancer-url), so it cannot tell region %q's shares", region)
+		}
+		if in.Share, err = s.cfg.Balancer.sharesOf(r.Context(), "k:"+key, region); err != nil {
+			return &apiError{status: http.StatusBadGateway, field: "region", msg: err.Error()}
+		}
+	}
 	e, err := admin.Build(r.Context(), in)
 	var pe *rules.PathError
 	if errors.As(err, &pe) {
@@ -77,6 +85,15 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 		return err
 	}
 	e.LastRefusal = s.refusals.last(e.KeyHash)
+	listed := map[int64]bool{}
+	for _, l := range e.Limits {
+		listed[l.Rule.ID] = l.Rule.ID != 0
+	}
+	for _, rr := range s.refusals.top(5) {
+		if listed[rr.Rule] {
+			e.Refused = append(e.Refused, rr)
+		}
+	}
 	writeJSON(w, http.StatusOK, e)
 	return nil
 }

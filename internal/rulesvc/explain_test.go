@@ -138,6 +138,9 @@ func TestExplain(t *testing.T) {
 	if lr := e.LastRefusal; lr == nil || lr.Rule != ov.After.ID || lr.Limit != "second" || lr.RulesVersion != sn.Version {
 		t.Errorf("last refusal: got %+v, want rule %d limit second version %d", lr, ov.After.ID, sn.Version)
 	}
+	if len(e.Refused) != 1 || e.Refused[0].Rule != ov.After.ID || len(e.Refused[0].Keys) != 1 || e.Refused[0].Keys[0].Key != keyhash.Of("k:key_pro") {
+		t.Errorf("busiest refused of the listed rules: got %+v, want the override's, with key_pro's hash", e.Refused)
+	}
 	// Reading the state took nothing.
 	e2, err := c.Explain(ctx, "key_pro", "GET", "/v1/search")
 	if err != nil {

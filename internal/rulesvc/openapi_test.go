@@ -96,7 +96,7 @@ var apiOps = []apiOp{
 		[]apiParam{{"dry_run", "boolean", "store nothing; answer the differences"}}, rules.Document{}, 200, admin.Applied{}},
 	{"GET", "/explain", "why a key is limited on one request: its plan, every matching rule with its source, the tightest limit, its state and last refusal", rulesvc.RoleRead,
 		[]apiParam{{"key", "string", "the API key (required)"}, {"method", "string", "the request's method (default GET)"},
-			{"path", "string", "the request's path (required)"}}, nil, 200, admin.Explanation{}},
+			{"path", "string", "the request's path (required)"}, {"region", "string", "the region whose shares to show, read from the quota balancer"}}, nil, 200, admin.Explanation{}},
 	{"GET", "/refused", "the busiest refused keys of each rule version, from the gateways' reports", rulesvc.RoleRead, nil, nil, 200, refusedAnswer{}},
 	{"GET", "/openapi.json", "this description", "", nil, nil, 200, nil},
 }

@@ -197,6 +197,9 @@ func replaceRuleSet(ctx context.Context, tx pgx.Tx, doc rules.Document) ([]admin
 	claimed := map[int64]bool{}
 	target := make([]int64, len(doc.Rules)) // the stored rule each replaces; 0 for none
 	for i, r := range doc.Rules {
+		if err := checkStoredRule(fmt.Sprintf("rules[%d].", i), &r); err != nil {
+			return nil, nil, err
+		}
 		if r.ID == 0 {
 			continue
 		}

@@ -111,6 +111,10 @@ type Config struct {
 	// store key. Nil means the service does not know the shares, and
 	// explain shows none.
 	Share func(storeKey, limitName string) (limit.Fraction, bool)
+	// Balancer, if set, is where explain reads a key's region shares when
+	// asked with ?region= (--balancer-url, --balancer-token-file). It
+	// takes precedence over Share for such a question.
+	Balancer *BalancerShares
 	// Registerer receives the service's metrics. Nil means none.
 	Registerer prometheus.Registerer
 	// Logger receives the service's log. Nil means slog.Default().

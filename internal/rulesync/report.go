@@ -152,11 +152,16 @@ func (cs *counts) take() []rulesapi.VersionReport {
 		if vr.Requests > 0 || len(vr.Shadow) > 0 {
 			slices.SortFunc(vr.Shadow, func(a, b rulesapi.ShadowReport) int { return int(a.Rule - b.Rule) })
 			slices.SortFunc(vr.Refusals, func(a, b rulesapi.RefusalReport) int { return int(a.Rule - b.Rule) })
-			// A version's refusals cannot outnumber its refused requests,
-			// which the service checks: the two are counted apart.
+			// A version's refusals by rule cannot add up to more than its
+			// refused requests, which the service checks: the two are
+			// counted apart, and a refusal counted while a report is taken
+			// can land in the next report's rules but this one's total.
+			budget := vr.Refused
 			for i := range vr.Refusals {
-				vr.Refusals[i].Refused = min(vr.Refusals[i].Refused, vr.Refused)
-				clampTop(vr.Refusals[i].TopKeys, vr.Refusals[i].Refused)
+				rr := &vr.Refusals[i]
+				rr.Refused = min(rr.Refused, budget)
+				budget -= rr.Refused
+				clampTop(rr.TopKeys, rr.Refused)
 			}
 			out = append(out, *vr)
 		}

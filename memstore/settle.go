@@ -1,0 +1,172 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Settle corrects a take whose cost was an estimate, once the true cost is
+// known: delta is the true cost less the estimate taken. A positive delta
+// is taken from every enforced limit of req whatever they hold: a limit
+// that has less is left in debt (Settled.Debt, at most one burst), so that the key's next
+// requests wait until the debt has refilled. A negative delta is given
+// back (GiveBack), never pushing a limit above its burst. Zero changes
+// nothing. req.Cost is ignored; shadow limits are left alone.
+//
+// Only token buckets and GCRA can settle: a window counts requests, not a
+// cost spread over time, and an error names a window limit of req before
+// anything changes. It never returns another error for a valid request.
+func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Settled, error) {
+	if err := req.Validate(); err != nil {
+		return Settled{}, err
+	}
+	if err := CanSettle(req); err != nil {
+		return Settled{}, err
+	}
+	switch {
+	case delta == 0:
+		return Settled{}, nil
+	case delta < 0:
+		back := *req
+		back.Cost = -delta
+		back.Limits = enforced(req.Limits)
+		if len(back.Limits) == 0 {
+			return Settled{}, nil
+		}
+		return Settled{}, s.GiveBack(ctx, &back)
+	}
+	return s.settleAt(s.clock(req), req, delta), nil
+}
+
+// Settled is what a settle did.
+type Settled struct {
+	// Debt is the most tokens any limit of the request was short of: a
+	// positive settle took them anyway, and the key's next requests wait
+	// for them. Zero when every limit had the tokens, and for a give-back.
+	Debt int64
+}
+
+// CanSettle reports whether every enforced limit of req can be settled:
+// token buckets and GCRA only.
+func CanSettle(req *limit.Request) error {
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		if a := l.Alg(); !l.Shadow && a != limit.TokenBucket && a != limit.GCRA {
+			return fmt.Errorf("limit %q is a %s, which counts requests in windows: only token_bucket and gcra settle a cost after the response", l.Name, a)
+		}
+	}
+	return nil
+}
+
+// enforced returns ls without its shadow limits, sharing ls's memory when
+// it has none.
+func enforced(ls []limit.Limit) []limit.Limit {
+	for i := range ls {
+		if ls[i].Shadow {
+			out := make([]limit.Limit, 0, len(ls))
+			for j := range ls {
+				if !ls[j].Shadow {
+					out = append(out, ls[j])
+				}
+			}
+			return out
+		}
+	}
+	return ls
+}
+
+// settleAt takes delta more tokens from every enforced limit of req at
+// now, leaving debt where a limit is short.
+func (s *Store) settleAt(now int64, req *limit.Request, delta int64) Settled {
+	var out Settled
+	sh := s.keys.Of(req.Key)
+	sh.Lock()
+	defer sh.Unlock()
+	e := sh.M[req.Key]
+	if e != nil && e.expires <= now {
+		e.slots, e.byName = e.slots[:0], nil
+	}
+	if e == nil {
+		e = &entry{}
+		sh.M[req.Key] = e
+	}
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		if l.Shadow {
+			continue
+		}
+		var st limit.State
+		at := e.find(l)
+		if at >= 0 && e.slots[at].expires > now {
+			st = e.slots[at].state
+		}
+		next, ttl, debt := SettleState(l, &st, now, delta)
+		out.Debt = max(out.Debt, debt)
+		if at < 0 {
+			e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
+			at = len(e.slots) - 1
+			if e.byName != nil {
+				e.byName[l.Name] = at
+			}
+		}
+		sl := &e.slots[at]
+		sl.state, sl.expires = next, now+ttl
+		if sl.lim != *l {
+			sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
+			sl.capacity = sl.burst * sl.p
+		}
+		e.expires = max(e.expires, sl.expires)
+	}
+	return out
+}
+
+// SettleState returns the state of token bucket or GCRA limit l after
+// taking cost more tokens from state s at now whatever it holds, how long
+// to keep it (ms), and how many tokens it was short of. It is the
+// arithmetic redisstore's settle script does, shared so that the stores
+// agree.
+//
+// Debt is at most one burst: a key is never kept out longer than twice
+// the time its bucket takes to fill, however much it was charged. A token
+// bucket in debt holds no credits and a last take in the future:
+// it refills from then, so the debt is paid before any token is, and it
+// answers a take meanwhile as empty (its retry time then counts from the
+// end of the debt, which the answer does not know: a client told to retry
+// early is refused again). GCRA's theoretical arrival time moves past the
+// burst's reach, which GCRA answers exactly.
+func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.State, ttl, debt int64) {
+	if l.Alg() == limit.GCRA {
+		perMs, perToken := units(l)
+		at := now * perMs
+		tat := at
+		if s.Exists && s.A > at {
+			tat = s.A
+		}
+		capacity := l.EffectiveBurst() * perToken
+		tat = min(tat+cost*perToken, at+2*capacity) // at most one burst of debt
+		if over := tat - at - capacity; over > 0 {
+			debt = (over + perToken - 1) / perToken
+		}
+		return limit.State{Exists: true, A: tat}, max((tat-at+perMs-1)/perMs, 1), debt
+	}
+	p := l.PeriodMillis()
+	capacity := l.EffectiveBurst() * p
+	credits := capacity
+	if s.Exists {
+		credits = min(s.A, capacity)
+		if elapsed := now - s.B; elapsed > 0 {
+			credits = min(credits+elapsed*l.Count, capacity)
+		}
+	}
+	need := cost * p
+	full := (capacity + l.Count - 1) / l.Count // ms to refill an empty bucket
+	if credits >= need {
+		left := credits - need
+		return limit.State{Exists: true, A: left, B: now}, max((capacity-left+l.Count-1)/l.Count, 1), 0
+	}
+	short := min(need-credits, capacity) // at most one burst of debt
+	wait := (short + l.Count - 1) / l.Count
+	return limit.State{Exists: true, A: 0, B: now + wait}, wait + full, (short + p - 1) / p
+}
