@@ -360,6 +360,11 @@ func TestExplainIsAPostWithTheCSRFToken(t *testing.T) {
 	if strings.Contains(body, "<i>pro") || strings.Contains(body, "<b>pro") || !strings.Contains(body, "&lt;b&gt;pro&lt;/b&gt; tier") {
 		t.Errorf("explain shows the key or the reason unescaped")
 	}
+	ask.Set("region", "eu")
+	if resp, body := post(t, c, svc.url+"/ui/explain", ask, svc.url); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "balancer") {
+		t.Errorf("explain of a region without a balancer: got %d, want the API's 400 naming the balancer:\n%s", resp.StatusCode, body)
+	}
+	ask.Del("region")
 	ask.Set("path", "no-slash")
 	if resp, body := post(t, c, svc.url+"/ui/explain", ask, svc.url); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "path") {
 		t.Errorf("explain of a bad path: got %d, want the API's 400 naming path:\n%s", resp.StatusCode, body)

@@ -11,8 +11,11 @@ import (
 // the admin API's answer.
 type explainView struct {
 	Key, Method, Path string
-	Methods           []string
-	Answer            *admin.Explanation
+	// Region asks for that region's shares of the limits, which the
+	// service reads from the quota balancer it is given; empty for none.
+	Region  string
+	Methods []string
+	Answer  *admin.Explanation
 }
 
 var explainMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
@@ -24,8 +27,8 @@ func (c *Console) explainPage(w http.ResponseWriter, r *http.Request, s *session
 // explain asks GET /admin/v1/explain with the posted key and request.
 func (c *Console) explain(w http.ResponseWriter, r *http.Request, s *session) {
 	v := explainView{Key: r.PostFormValue("key"), Method: strings.ToUpper(strings.TrimSpace(r.PostFormValue("method"))),
-		Path: strings.TrimSpace(r.PostFormValue("path")), Methods: explainMethods}
-	e, err := c.api.client(s).Explain(r.Context(), v.Key, v.Method, v.Path)
+		Path: strings.TrimSpace(r.PostFormValue("path")), Region: strings.TrimSpace(r.PostFormValue("region")), Methods: explainMethods}
+	e, err := c.api.client(s).ExplainRegion(r.Context(), v.Key, v.Method, v.Path, v.Region)
 	if err != nil {
 		c.fail(w, r, s, Prefix+"/explain", err)
 		return

@@ -400,4 +400,8 @@ func TestConsole(t *testing.T) {
 		t.Errorf("explain put the API key in the URL %s", answer.URL)
 	}
 	t.Logf("explain: tightest %q", answer.Tightest)
+	// The override refused key_pro: the gateways reported it, hashed.
+	if refused, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#explanation"))); !strings.Contains(refused, keyhash.Of("k:key_pro")) {
+		t.Errorf("explain lists no refusal of key_pro's hash %s:\n%s", keyhash.Of("k:key_pro"), refused)
+	}
 }
