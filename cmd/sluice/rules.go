@@ -40,8 +40,9 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	o := rulesOptions{listen: "127.0.0.1:8083"}
 	c := &o.cfg
 	fs := newFlagSet("rules", "--postgres DSN [flags]", stderr,
-		"Runs the rules service: the admin API under /admin/v1, the gateways' snapshot",
-		"long poll under /v1, and /metrics. Tokens come from --tokens and from the",
+		"Runs the rules service: the admin API under /admin/v1, the operator console",
+		"under /ui (sign in with a read or write token), the gateways' snapshot long",
+		"poll under /v1, and /metrics. Tokens come from --tokens and from the",
 		"environment: "+envReadToken+", "+envWriteToken+" and "+envGatewayToken+".",
 	)
 	fs.StringVar(&c.Postgres, "postgres", os.Getenv(envPostgres), "PostgreSQL connection `DSN` (default $"+envPostgres+")")

@@ -14,7 +14,7 @@ var Layers = [][]string{
 	// 1: stores and the rules model, each over limit alone.
 	{"memstore", "redisstore", "rules", "limit/limittest", "quota", "inflight"},
 	// 2: layers that wrap any store, and what reads the rules model.
-	{"lease", "guard", "share", "tracing", "admin", "internal/capacity", "internal/balancer", "internal/relay"},
+	{"lease", "guard", "share", "tracing", "admin", "internal/capacity", "internal/balancer", "internal/relay", "internal/console"},
 	// 3: the production stack, and the services' cores and clients.
 	{"pipeline", "internal/rulesync", "internal/rulesvc", "internal/sharesync", "internal/balancersvc"},
 	// 4: the fronts a request arrives at.

@@ -334,13 +334,15 @@ func (s *Service) Close() {
 
 func (s *Service) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
 
-// Handler serves the admin API under /admin/v1, the gateway endpoints under
+// Handler serves the admin API under /admin/v1, the operator console under
+// /ui (package console), the gateway endpoints under
 // /v1 and the health check at /healthz.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.adminRoutes(mux)
 	mux.Handle("GET "+rulesapi.SnapshotPath, s.gateway(s.serveSnapshot))
 	mux.Handle("POST "+rulesapi.ReportPath, s.gateway(s.serveReport))
+	s.consoleRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.pool.Ping(r.Context()); err != nil {
 			writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "database unreachable"})

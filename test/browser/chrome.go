@@ -60,6 +60,13 @@ func Path(t testing.TB) string {
 // the test ends.
 func Start(t testing.TB) context.Context {
 	t.Helper()
+	return StartFor(t, time.Minute)
+}
+
+// StartFor is Start with the actions bounded by d in all, for a test that
+// waits on servers as well as on the page.
+func StartFor(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
 	opts := append([]chromedp.ExecAllocatorOption{chromedp.ExecPath(Path(t)), chromedp.UserDataDir(t.TempDir())}, Flags...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	tab, cancelTab := chromedp.NewContext(actx)
@@ -73,7 +80,7 @@ func Start(t testing.TB) context.Context {
 	if err := chromedp.Do(tab); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(tab, time.Minute)
+	ctx, cancel := context.WithTimeout(tab, d)
 	t.Cleanup(cancel)
 	return ctx
 }

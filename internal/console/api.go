@@ -1,0 +1,102 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/sluice-rl/sluice/admin"
+)
+
+// apiClient calls the admin API in-process: the same handler, the same
+// checks of the token, the same audit rows as a call over the network.
+type apiClient struct{ h http.Handler }
+
+// base is the BaseURL of the in-process client; its host is never dialled.
+const base = "http://rules.console.invalid"
+
+// client returns an admin.Client that calls the API as s's token.
+func (a *apiClient) client(s *session) *admin.Client {
+	return &admin.Client{BaseURL: base, Token: s.secret, HTTPClient: &http.Client{Transport: a}}
+}
+
+// RoundTrip serves req with the API's handler.
+func (a *apiClient) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := &recorder{header: http.Header{}}
+	a.h.ServeHTTP(rec, req)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	return &http.Response{StatusCode: rec.status, Status: http.StatusText(rec.status), Header: rec.header,
+		Body: io.NopCloser(&rec.body), ContentLength: int64(rec.body.Len()), Request: req,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+}
+
+// recorder is the http.ResponseWriter of an in-process call.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+// get calls GET Prefix+path as s and decodes the answer into out: for the
+// endpoints admin.Client has no method for.
+func (a *apiClient) get(r *http.Request, s *session, path string, out any) error {
+	req, err := http.NewRequestWithContext(r.Context(), "GET", base+admin.Prefix+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.secret)
+	resp, _ := a.RoundTrip(req)
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		e := &admin.Error{Status: resp.StatusCode}
+		if json.Unmarshal(raw, e) != nil || e.Message == "" {
+			e.Message = strings.TrimSpace(string(raw))
+		}
+		return e
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("decode answer to GET %s: %w", path, err)
+	}
+	return nil
+}
+
+// fail renders err as the error page, with the status the API answered
+// (403 for a read token's write, 400 for a bad field) or 500.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, back string, err error) {
+	ev := errorView{Status: http.StatusInternalServerError, Message: err.Error(), Back: back}
+	var ae *admin.Error
+	if errors.As(err, &ae) {
+		ev.Status, ev.Message, ev.Field = ae.Status, ae.Message, ae.Field
+	}
+	if ev.Status == http.StatusUnauthorized && s != nil {
+		// The token was revoked since login: the session is worth nothing.
+		c.sessions.end(s)
+		ev.Back = Prefix + "/login"
+	}
+	if ev.Status >= 500 {
+		c.cfg.Logger.Error("console: admin API call failed", "path", r.URL.Path, "err", err)
+	}
+	c.render(w, r, ev.Status, "error", s, ev)
+}
