@@ -82,12 +82,18 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.BoolVar(&opts.UnknownKeys, "unknown-keys-as-address", false, "limit a request whose API key is not in the rules' key directory by its client address, as if it had no key; for directories that list every valid key")
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "bound on each store call; past it the request fails open (or 503 under fail_mode closed); with --redis it must exceed --redis-timeout; 0 for none")
 	fs.DurationVar(&opts.ReadTimeout, "read-timeout", opts.ReadTimeout, "how long a client may take to send a whole request, body included; 0 for no bound")
+	fs.DurationVar(&opts.Pipeline.Inflight.Timeout, "concurrency-slot-timeout", 0, "how long a request may hold a concurrency slot (rules' concurrency: N): a slot older than this is dropped, so a crashed gateway's slots free themselves; set it to your longest request; 0 means 60s")
 	addRunFlags(fs, &opts.runFlags, defaultShutdownTimeout, "--metrics-listen")
 	addPipelineFlags(fs, &opts.Pipeline)
 	addRelayFlag(fs, &opts.Pipeline.Relay)
 	registerShareFlags(fs, &opts.Shares)
 	if err := parseFlags(fs, args); err != nil {
 		return opts, err
+	}
+	if opts.Pipeline.Inflight.Timeout < 0 {
+		err := fmt.Errorf("--concurrency-slot-timeout %v: must not be negative", opts.Pipeline.Inflight.Timeout)
+		fmt.Fprintf(fs.Output(), "%v\nRun \"sluice gateway -h\" for the flags.\n", err)
+		return opts, usageError{err}
 	}
 	var err error
 	opts.Redis, err = redis.Config(os.Getenv)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -121,5 +122,21 @@ func TestGatewayIdentityFlags(t *testing.T) {
 	}
 	if opts.GatewayID != "gw-eu-7" || opts.Region != "eu" {
 		t.Errorf("--gateway-id and --region parsed as %q and %q, want gw-eu-7 and eu", opts.GatewayID, opts.Region)
+	}
+}
+
+// TestConcurrencySlotTimeoutFlag: --concurrency-slot-timeout reaches the
+// pipeline's concurrency slots, and a negative one is a usage error that
+// names the flag, before anything starts.
+func TestConcurrencySlotTimeoutFlag(t *testing.T) {
+	opts, err := parseGatewayFlags([]string{"--concurrency-slot-timeout", "90s"}, io.Discard)
+	if err != nil || opts.Pipeline.Inflight.Timeout != 90*time.Second {
+		t.Errorf("--concurrency-slot-timeout 90s: got %v, %v; want the slots' timeout 90s", opts.Pipeline.Inflight.Timeout, err)
+	}
+	var out strings.Builder
+	_, err = parseGatewayFlags([]string{"--concurrency-slot-timeout", "-1s"}, &out)
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(out.String(), "--concurrency-slot-timeout -1s: must not be negative") {
+		t.Errorf("--concurrency-slot-timeout -1s: got %v, printed %q; want a usage error naming the flag", err, out.String())
 	}
 }
