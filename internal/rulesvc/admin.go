@@ -153,9 +153,6 @@ func decodeRule(r *http.Request, id int64) (rules.Rule, error) {
 	if rule.ID != 0 && rule.ID != id {
 		return rule, badRequest("id", "is assigned by the service; %d does not match the path", rule.ID)
 	}
-	if err := checkStoredRule("", &rule); err != nil {
-		return rule, err
-	}
 	if !rule.ExpiresAt.IsZero() && !rule.ExpiresAt.After(time.Now()) {
 		return rule, badRequest("expires_at", "%s is in the past", rule.ExpiresAt.Format(time.RFC3339))
 	}
@@ -168,9 +165,9 @@ func insertRule(ctx context.Context, tx pgx.Tx, rule rules.Rule, override bool) 
 		return 0, err
 	}
 	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO rules (scope, match, limits, mode, fail_mode, expires_at, reason, override, version, quotas, concurrency)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10) RETURNING id`,
-		rule.Scope, match, lims, mode, failMode, expires, rule.Reason, override, quotasJSON(rule), rule.Concurrency).Scan(&id)
+	err = tx.QueryRow(ctx, `INSERT INTO rules (scope, match, limits, mode, fail_mode, expires_at, reason, override, version, quotas, concurrency, refusals)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11) RETURNING id`,
+		rule.Scope, match, lims, mode, failMode, expires, rule.Reason, override, quotasJSON(rule), rule.Concurrency, string(rule.Refusals)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert rule: %w", err)
 	}
@@ -240,8 +237,8 @@ func updateRule(ctx context.Context, tx pgx.Tx, id int64, rule rules.Rule) error
 		return err
 	}
 	_, err = tx.Exec(ctx, `UPDATE rules SET scope = $1, match = $2, limits = $3, mode = $4, fail_mode = $5,
-		expires_at = $6, reason = $7, quotas = $9, concurrency = $10 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id,
-		quotasJSON(rule), rule.Concurrency)
+		expires_at = $6, reason = $7, quotas = $9, concurrency = $10, refusals = $11 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id,
+		quotasJSON(rule), rule.Concurrency, string(rule.Refusals))
 	if err != nil {
 		return fmt.Errorf("update rule %d: %w", id, err)
 	}

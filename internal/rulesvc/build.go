@@ -126,14 +126,14 @@ func readKeys(ctx context.Context, q querier) (map[string]rules.KeyInfo, error) 
 }
 
 func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
-	rows, err := q.Query(ctx, "SELECT name, method, path, case_sensitive, cost FROM endpoints ORDER BY name")
+	rows, err := q.Query(ctx, "SELECT name, method, path, case_sensitive, cost, cost_header FROM endpoints ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("read endpoints: %w", err)
 	}
 	eps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rules.Endpoint, error) {
 		var ep rules.Endpoint
 		var cost int64
-		err := r.Scan(&ep.Name, &ep.Method, &ep.Path, &ep.CaseSensitive, &cost)
+		err := r.Scan(&ep.Name, &ep.Method, &ep.Path, &ep.CaseSensitive, &cost, &ep.CostHeader)
 		ep.Cost = rules.Tokens(cost)
 		return ep, err
 	})
@@ -143,7 +143,7 @@ func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
 	return eps, nil
 }
 
-const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas, concurrency"
+const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas, concurrency, refusals"
 
 // readRules reads the rules a WHERE clause selects, in ID order, and which
 // of them are emergency overrides.
@@ -178,12 +178,13 @@ func scanRule(row pgx.Row, extra ...any) (rules.Rule, bool, error) {
 		expires        *time.Time
 		mode, failMode string
 		override       bool
+		refusals       string
 	)
-	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override, &quotas, &r.Concurrency}, extra...)
+	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override, &quotas, &r.Concurrency, &refusals}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return r, false, err
 	}
-	r.Mode, r.FailMode = rules.Mode(mode), rules.FailMode(failMode)
+	r.Mode, r.FailMode, r.Refusals = rules.Mode(mode), rules.FailMode(failMode), rules.Refusals(refusals)
 	if expires != nil {
 		r.ExpiresAt = expires.UTC()
 	}

@@ -122,7 +122,7 @@ func (s *Service) tryChange(ctx context.Context, apply func(ctx context.Context,
 
 // checkDocument refuses what compiling the rule set would not: a missing
 // rules section, rules already expired, IDs that cannot be stored ones,
-// endpoints named twice.
+// refusals that are not free or count, endpoints named twice.
 func checkDocument(doc rules.Document, now time.Time) error {
 	if doc.Rules == nil {
 		return badRequest("rules", "is required: list the rules, or [] for none")
@@ -136,6 +136,9 @@ func checkDocument(doc rules.Document, now time.Time) error {
 			return badRequest(fmt.Sprintf("rules[%d].id", i), "rule %d is listed twice", r.ID)
 		case !r.ExpiresAt.IsZero() && !r.ExpiresAt.After(now):
 			return badRequest(fmt.Sprintf("rules[%d].expires_at", i), "%s is in the past", r.ExpiresAt.Format(time.RFC3339))
+		case r.Refusals != "" && r.Refusals != rules.RefusalsFree && r.Refusals != rules.RefusalsCount:
+			// Compiling would say so too, but of the rule as numbered once stored.
+			return badRequest(fmt.Sprintf("rules[%d].refusals", i), "%q is not free or count", r.Refusals)
 		}
 		ids[r.ID] = true
 	}
@@ -197,9 +200,6 @@ func replaceRuleSet(ctx context.Context, tx pgx.Tx, doc rules.Document) ([]admin
 	claimed := map[int64]bool{}
 	target := make([]int64, len(doc.Rules)) // the stored rule each replaces; 0 for none
 	for i, r := range doc.Rules {
-		if err := checkStoredRule(fmt.Sprintf("rules[%d].", i), &r); err != nil {
-			return nil, nil, err
-		}
 		if r.ID == 0 {
 			continue
 		}
