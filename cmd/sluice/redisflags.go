@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/redisstore"
 )
@@ -23,6 +24,7 @@ type redisFlags struct {
 	passwordFile string
 	tls          bool
 	tlsFiles     redisstore.TLSFiles
+	flushDelay   time.Duration
 }
 
 // addRedisFlags registers the Redis connection flags on fs and returns
@@ -38,6 +40,8 @@ func addRedisFlags(fs *flag.FlagSet) *redisFlags {
 	fs.StringVar(&f.tlsFiles.Cert, "redis-tls-cert", "", "PEM `file` of the client certificate, for Redis that requires one (mutual TLS); implies --redis-tls")
 	fs.StringVar(&f.tlsFiles.Key, "redis-tls-key", "", "PEM `file` of the client certificate's key; implies --redis-tls")
 	fs.StringVar(&f.tlsFiles.ServerName, "redis-tls-server-name", "", "`name` Redis's certificates must hold; empty checks each node's host; implies --redis-tls")
+	fs.DurationVar(&f.flushDelay, "redis-flush-delay", 0, "coalesce Redis writes: one connection per node whose writer waits up to this long after each write to gather more takes into it; "+
+		"fewer system calls per decision under load, up to this much added latency (docs/redis.md, Write coalescing); 0 for none")
 	return f
 }
 
@@ -47,9 +51,12 @@ func addRedisFlags(fs *flag.FlagSet) *redisFlags {
 // Config without addresses: counts in process. Errors name the flag at
 // fault and never hold the password.
 func (f *redisFlags) Config(getenv func(string) string) (redisstore.Config, error) {
+	if f.flushDelay < 0 {
+		return redisstore.Config{}, fmt.Errorf("--redis-flush-delay %v: must not be negative", f.flushDelay)
+	}
 	if strings.TrimSpace(f.addrs) == "" {
-		if f.username != "" || f.passwordFile != "" || f.tls || !f.tlsFiles.IsZero() {
-			return redisstore.Config{}, errors.New("--redis-username, --redis-password-file and --redis-tls* need --redis")
+		if f.username != "" || f.passwordFile != "" || f.tls || !f.tlsFiles.IsZero() || f.flushDelay != 0 {
+			return redisstore.Config{}, errors.New("--redis-username, --redis-password-file, --redis-tls* and --redis-flush-delay need --redis")
 		}
 		return redisstore.Config{}, nil
 	}
@@ -57,6 +64,7 @@ func (f *redisFlags) Config(getenv func(string) string) (redisstore.Config, erro
 	if err != nil {
 		return redisstore.Config{}, fmt.Errorf("--redis: %w", err)
 	}
+	cfg.FlushDelay = f.flushDelay
 	if f.username != "" {
 		if cfg.Username != "" && cfg.Username != f.username {
 			return redisstore.Config{}, fmt.Errorf("--redis-username %q and the user %q in --redis differ; give one", f.username, cfg.Username)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
@@ -21,6 +22,7 @@ func TestRedisFlags(t *testing.T) {
 		user, pass string
 		tls        bool
 		clientCert bool
+		flushDelay time.Duration
 	}{
 		{name: "none"},
 		{name: "plain", args: []string{"--redis", "a:1,b:2"}, addrs: []string{"a:1", "b:2"}},
@@ -32,6 +34,7 @@ func TestRedisFlags(t *testing.T) {
 		{name: "URL password", args: []string{"--redis", "rediss://u:url-pw@a:1"}, addrs: []string{"a:1"}, user: "u", pass: "url-pw", tls: true},
 		{name: "mutual TLS", args: []string{"--redis", "a:1", "--redis-tls-ca", certs.CA, "--redis-tls-cert", certs.ClientCert, "--redis-tls-key", certs.ClientKey},
 			addrs: []string{"a:1"}, tls: true, clientCert: true},
+		{name: "write coalescing", args: []string{"--redis", "a:1", "--redis-flush-delay", "20us"}, addrs: []string{"a:1"}, flushDelay: 20 * time.Microsecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,6 +61,9 @@ func TestRedisFlags(t *testing.T) {
 			if got := cfg.TLS != nil && len(cfg.TLS.Certificates) == 1; got != tt.clientCert {
 				t.Errorf("client certificate loaded = %v, want %v", got, tt.clientCert)
 			}
+			if cfg.FlushDelay != tt.flushDelay {
+				t.Errorf("FlushDelay = %v, want %v", cfg.FlushDelay, tt.flushDelay)
+			}
 		})
 	}
 }
@@ -80,6 +86,8 @@ func TestRedisFlagErrors(t *testing.T) {
 		{"user conflict", []string{"--redis", "redis://a@h:1", "--redis-username", "b"}, "", `"b" and the user "a"`},
 		{"missing CA", []string{"--redis", "a:1", "--redis-tls-ca", "/nonexistent/ca.pem"}, "", "--redis-tls: redis TLS authority"},
 		{"key without certificate", []string{"--redis", "a:1", "--redis-tls-key", "/k.pem"}, "", "has no certificate file"},
+		{"flush delay without Redis", []string{"--redis-flush-delay", "20us"}, "", "need --redis"},
+		{"negative flush delay", []string{"--redis", "a:1", "--redis-flush-delay", "-1ms"}, "", "--redis-flush-delay -1ms: must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
