@@ -1,11 +1,14 @@
 package main
 
 import (
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
@@ -87,5 +90,110 @@ func TestRelayFlags(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want a failure naming %q", code, stderr, tc.want)
 			}
 		})
+	}
+}
+
+// TestRelayProcessKilled runs a real `sluice relay` and a gateway that
+// leases through it, kills the relay with SIGKILL while requests flow, and
+// starts it again on the same address: every request is answered (none
+// fails), the gateway takes from Redis directly while the relay is down
+// and through the relay once it is back, and no key is ever admitted past
+// its burst, before, across or after the kill.
+func TestRelayProcessKilled(t *testing.T) {
+	addr := redistest.Standalone(t).Addr()
+	env := []string{"SLUICE_RELAY_TOKEN=" + relayTestToken}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayAddr := ln.Addr().String()
+	ln.Close()
+	startRelay := func() *proctest.Process {
+		return sluice.StartEnv(t, env, "relay", "--redis", addr, "--relays", "1", "--listen", relayAddr, "--redis-timeout", "1s", "--log-level", "warn")
+	}
+	relay := startRelay()
+	gw := sluice.StartEnv(t, env, "gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--rules", writeFile(t, "rules.yaml", sharedRules), "--redis", addr, "--redis-timeout", "1s",
+		"--relay", "http://"+relayAddr, "--relay-timeout", "2s", "--log-level", "warn")
+	via := func(how string) float64 {
+		_, body := get(t, "GET", gw.MetricsURL+"/metrics")
+		for line := range strings.Lines(body) {
+			if strings.HasPrefix(line, "sluice_relay_client_takes_total{") && strings.Contains(line, `via="`+how+`"`) {
+				v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' '):]), 64)
+				if err != nil {
+					t.Fatalf("metrics line %q: %v", line, err)
+				}
+				return v
+			}
+		}
+		return 0
+	}
+	// send sends n requests for key from 4 clients and counts the answers.
+	send := func(key string, n int, during func()) (allowed, refused, other int64) {
+		var a, r, o atomic.Int64
+		var sent atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for sent.Add(1) <= int64(n) {
+					req, _ := http.NewRequest("GET", gw.URL+"/", nil)
+					req.Header.Set("X-API-Key", key)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						o.Add(1)
+						continue
+					}
+					resp.Body.Close()
+					switch resp.StatusCode {
+					case http.StatusOK:
+						a.Add(1)
+					case http.StatusTooManyRequests:
+						r.Add(1)
+					default:
+						o.Add(1)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			})
+		}
+		if during != nil {
+			during()
+		}
+		wg.Wait()
+		return a.Load(), r.Load(), o.Load()
+	}
+	const burst, n = 12, 40
+	if a, r, o := send("before", n, nil); a != burst || r != n-burst || o != 0 {
+		t.Errorf("relay up: got %d allowed, %d refused, %d other; want %d, %d, 0", a, r, o, burst, n-burst)
+	}
+	if via("relay") == 0 {
+		t.Error("the gateway took nothing through its relay while it was up")
+	}
+	direct := via("direct")
+	// Kill the relay with the requests for "across" in flight: tokens it
+	// had leased are lost (under), never spent twice (over).
+	a, r, o := send("across", n, func() { time.Sleep(30 * time.Millisecond); relay.Kill() })
+	if a > burst || a+r != n || o != 0 {
+		t.Errorf("relay killed mid-traffic: got %d allowed, %d refused, %d other; want at most %d allowed and every request answered", a, r, o, burst)
+	}
+	if a, r, o := send("down", n, nil); a != burst || r != n-burst || o != 0 {
+		t.Errorf("relay down: got %d allowed, %d refused, %d other; want %d, %d, 0 from Redis directly", a, r, o, burst, n-burst)
+	}
+	if via("direct") == direct {
+		t.Error("the gateway made no take from Redis directly while its relay was down")
+	}
+	startRelay()
+	relayed := via("relay")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if a, r, o := send("back-"+strconv.Itoa(int(time.Until(deadline).Milliseconds())), burst, nil); a != burst || r != 0 || o != 0 {
+			t.Fatalf("relay back: got %d allowed, %d refused, %d other for a fresh key's burst; want all %d allowed", a, r, o, burst)
+		}
+		if via("relay") > relayed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway did not take through its relay again within 10s of its restart")
+		}
 	}
 }
