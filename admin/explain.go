@@ -201,7 +201,19 @@ func Build(ctx context.Context, in ExplainInput) (Explanation, error) {
 	}
 	e.Endpoint = ep.Name
 	q := rules.Query{APIKey: in.Key, Endpoint: ep.Name, LookedUp: true, Info: info, Known: known}
-	e.Cost = in.Set.Resolve(in.Now, q).Cost
+	res := in.Set.Resolve(in.Now, q)
+	e.Cost = res.Cost
+	// Under org rules a key's buckets live under its org's store key, its
+	// own limits and the org's renamed apart (rules.Resolution.StoreKey).
+	peekKey, storeLimits := res.StoreKey(storeKey), res.AppendStoreLimits(nil, in.Key)
+	storeName := func(l limit.Limit, org bool) string {
+		for i, rl := range res.Limits {
+			if rl.Name == l.Name && (i >= len(res.Limits)-res.OrgLimits) == org {
+				return storeLimits[i].Name
+			}
+		}
+		return l.Name
+	}
 	source := in.Source
 	if source == "" {
 		source = "rules service"
@@ -221,7 +233,9 @@ func Build(ctx context.Context, in ExplainInput) (Explanation, error) {
 			}
 		}
 		if in.Store != nil && c.InForce && !l.Shadow && e.StateError == "" {
-			st, err := peek(ctx, in.Store, storeKey, l)
+			sl := l
+			sl.Name = storeName(l, c.Rule.Scope == rules.ScopeOrg)
+			st, err := peek(ctx, in.Store, peekKey, sl)
 			if err != nil {
 				e.StateError = err.Error()
 			} else {
