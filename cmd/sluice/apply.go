@@ -45,10 +45,7 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if file == "" {
-		err := errors.New("-f is required: the rules file to apply")
-		fmt.Fprintln(stderr, err)
-		fs.Usage()
-		return usageError{err}
+		return usageOf(fs, errors.New("-f is required: the rules file to apply"))
 	}
 	doc, err := readRulesDocument(file)
 	if err != nil {

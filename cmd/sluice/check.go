@@ -40,20 +40,14 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageError{err}
 	}
 	if fs.NArg() == 0 {
-		err := errors.New("want one FILE to check")
-		fmt.Fprintln(stderr, err)
-		fs.Usage()
-		return usageError{err}
+		return usageOf(fs, errors.New("want one FILE to check"))
 	}
 	path := fs.Arg(0)
 	if err := parseFlags(fs, fs.Args()[1:]); err != nil {
 		return err
 	}
 	if format != formatAuto && format != formatRules && format != formatEnvoy {
-		err := fmt.Errorf("--format %q: want auto, rules or envoy", format)
-		fmt.Fprintln(stderr, err)
-		fs.Usage()
-		return usageError{err}
+		return usageOf(fs, fmt.Errorf("--format %q: want auto, rules or envoy", format))
 	}
 	if format == formatAuto {
 		var err error

@@ -91,9 +91,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 		return opts, err
 	}
 	if opts.Pipeline.Inflight.Timeout < 0 {
-		err := fmt.Errorf("--concurrency-slot-timeout %v: must not be negative", opts.Pipeline.Inflight.Timeout)
-		fmt.Fprintf(fs.Output(), "%v\nRun \"sluice gateway -h\" for the flags.\n", err)
-		return opts, usageError{err}
+		return opts, usagef(fs, "--concurrency-slot-timeout %v: must not be negative", opts.Pipeline.Inflight.Timeout)
 	}
 	var err error
 	opts.Redis, err = redis.Config(os.Getenv)

@@ -147,16 +147,29 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageError{err}
 	}
 	if fs.NArg() > 0 {
-		err := fmt.Errorf("unexpected argument %q", fs.Arg(0))
-		fmt.Fprintln(fs.Output(), err)
-		fs.Usage()
-		return usageError{err}
+		return usageOf(fs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	if err := setFromEnv(fs, os.LookupEnv); err != nil {
-		fmt.Fprintf(fs.Output(), "%v\nRun \"sluice %s -h\" for the flags.\n", err, fs.Name())
-		return usageError{err}
+		return usagef(fs, "%w", err)
 	}
 	return nil
+}
+
+// usageOf is err, a mistake on fs's command line: it prints err and fs's
+// usage on fs's output and returns err as a usageError.
+func usageOf(fs *flag.FlagSet, err error) error {
+	fmt.Fprintln(fs.Output(), err)
+	fs.Usage()
+	return usageError{err}
+}
+
+// usagef is a mistake on fs's command line found after parsing: it prints
+// the problem and where to read the flags on fs's output, and returns it
+// as a usageError.
+func usagef(fs *flag.FlagSet, format string, a ...any) error {
+	err := fmt.Errorf(format, a...)
+	fmt.Fprintf(fs.Output(), "%v\nRun \"sluice %s -h\" for the flags.\n", err, fs.Name())
+	return usageError{err}
 }
 
 // usageError is a command-line mistake the flag package has reported.

@@ -49,12 +49,7 @@ func runOverrideSet(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	bad := func(format string, a ...any) error {
-		err := fmt.Errorf(format, a...)
-		fmt.Fprintln(stderr, err)
-		fmt.Fprintln(stderr, `Run "sluice override set -h" for the flags.`)
-		return usageError{err}
-	}
+	bad := func(format string, a ...any) error { return usagef(fs, format, a...) }
 	now := time.Now()
 	var ov admin.Override
 	switch {

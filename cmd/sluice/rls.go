@@ -67,10 +67,7 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 		return opts, err
 	}
 	if opts.Config == "" {
-		err := errors.New("--config is required")
-		fmt.Fprintln(stderr, err)
-		fs.Usage()
-		return opts, usageError{err}
+		return opts, usageOf(fs, errors.New("--config is required"))
 	}
 	return opts, nil
 }

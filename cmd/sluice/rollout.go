@@ -89,10 +89,7 @@ func runRolloutDecide(how string) func(ctx context.Context, args []string, stdou
 			return err
 		}
 		if strings.TrimSpace(reason) == "" {
-			err := errors.New("--reason is required: say why")
-			fmt.Fprintln(stderr, err)
-			fs.Usage()
-			return usageError{err}
+			return usageOf(fs, errors.New("--reason is required: say why"))
 		}
 		c, err := o.client(os.Getenv)
 		if err != nil {
