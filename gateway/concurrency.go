@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -18,54 +19,107 @@ const ConcurrencyExceeded = "https://sluice.dev/problems/concurrency-limit"
 // limits: pipeline.Pipeline.
 type slotSource interface{ Slots() *inflight.Slots }
 
-// hold takes the request's concurrency slot, once Check has passed it: the
-// caller must Release the slot when the response ends, however it ends.
-// A rule set without concurrency limits costs one flag read. It writes
-// X-Concurrency-Limit and X-Concurrency-In-Flight, and refuses with 429
-// (or 503, a fail-closed rule while the shared store cannot answer) when
-// every slot is taken.
-func (l *Limiter) hold(w http.ResponseWriter, r *http.Request) (inflight.Slot, error) {
+// held is the concurrency slots one request holds, one per limit of its
+// rules.Resolution.Concurrency (at most four: the key's, the org's and
+// the shadow ones of each).
+type held [4]inflight.Slot
+
+// release gives back every slot held.
+func (h *held) release() {
+	for i := range h {
+		h[i].Release()
+	}
+}
+
+// shadowSlotPrefix starts the store key of a shadow limit's slots, which
+// no caller's or org's store key starts with, so a shadow rule's slots
+// never count against the enforced ones.
+const shadowSlotPrefix = "shadow:"
+
+// hold takes the request's concurrency slots, once Check has passed it:
+// the caller must release them when the response ends, however it ends.
+// A rule set without concurrency limits costs one flag read. The key's
+// limit counts its own requests, an org rule's every key of the org
+// (slots under the org's store key); the request needs a slot of both,
+// and a refused request holds none. It writes X-Concurrency-Limit and
+// X-Concurrency-In-Flight of the enforced limit with the fewest slots
+// left, and refuses with 429 (or 503, a fail-closed rule while the shared
+// store cannot answer) when one has none. A shadow rule's limit holds
+// slots of its own; a request it would refuse passes and is reported as
+// a shadow refusal.
+func (l *Limiter) hold(w http.ResponseWriter, r *http.Request) (held, error) {
+	var h held
 	set := l.rules.Current()
 	if set == nil || !set.HasConcurrency() {
-		return inflight.Slot{}, nil
+		return h, nil
 	}
 	src, ok := storeAs[slotSource](l.store)
 	if !ok || src.Slots() == nil {
-		return inflight.Slot{}, nil
+		return h, nil
 	}
 	c, err := l.identify(r, set)
 	if err != nil {
-		return inflight.Slot{}, nil // Check answered it already
+		return h, nil // Check answered it already
 	}
 	ep, _, err := set.MatchEndpoint(r.Method, r.URL.Path)
 	if err != nil {
-		return inflight.Slot{}, nil
+		return h, nil
 	}
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
-	if res.Concurrency == 0 {
-		return inflight.Slot{}, nil
+	if len(res.Concurrency) == 0 {
+		return h, nil
 	}
-	slot, d := src.Slots().Acquire(r.Context(), c.key, res.Concurrency, res.ConcurrencyRule.FailMode == rules.FailClosed)
-	h := w.Header()
-	h["X-Concurrency-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
-	h["X-Concurrency-In-Flight"] = []string{strconv.FormatInt(d.InFlight, 10)}
-	if d.Allowed {
-		return slot, nil
+	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version, plan: l.metrics.plan(set, res.Plan)}
+	room := int64(-1) // the fewest slots left of an enforced limit
+	for i := range min(len(res.Concurrency), len(h)) {
+		cc := &res.Concurrency[i]
+		key := cmp.Or(cc.Key, c.key)
+		if cc.Shadow {
+			key = shadowSlotPrefix + key
+		}
+		slot, d := src.Slots().Acquire(r.Context(), key, cc.Most, !cc.Shadow && cc.Rule.FailMode == rules.FailClosed)
+		h[i] = slot
+		if cc.Shadow {
+			if !d.Allowed {
+				l.shadowRefused(cl, limit.Limit{Name: "concurrency", Count: cc.Most, Shadow: true}, cc.Rule, d.Source, "concurrency", 1)
+			}
+			continue
+		}
+		if left := d.Limit - d.InFlight; room < 0 || left < room || !d.Allowed {
+			room = left
+			hd := w.Header()
+			hd["X-Concurrency-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
+			hd["X-Concurrency-In-Flight"] = []string{strconv.FormatInt(d.InFlight, 10)}
+		}
+		if !d.Allowed {
+			h.release()
+			return held{}, l.concurrencyRefusal(w, cl, cc, &d)
+		}
 	}
+	return h, nil
+}
+
+// concurrencyRefusal is the answer to a request limit cc refused (d).
+func (l *Limiter) concurrencyRefusal(w http.ResponseWriter, cl call, cc *rules.ConcurrencyLimit, d *inflight.Decision) error {
+	whose := "this caller"
+	if cc.Key != "" {
+		whose = "this caller's organization"
+	}
+	rule := problemRule(cc.Rule, cl.version)
 	if d.Source == limit.FromFailClosed {
-		return inflight.Slot{}, &Error{Problem: Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
-			Status: http.StatusServiceUnavailable, Limit: "concurrency",
-			Detail: "the concurrency limit cannot be checked while the shared store is unreachable, and its rule fails closed"}}
+		return &Error{Problem: Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
+			Status: http.StatusServiceUnavailable, Limit: "concurrency", Rule: &rule,
+			Detail: "the concurrency limit of " + whose + " cannot be checked while the shared store is unreachable, and its rule fails closed"}}
 	}
 	// A slot ends when a request does, usually well before the oldest
 	// slot's timeout (d.RetryAfter): ask for a retry in a second.
 	const wait = 1000
-	h["Retry-After"] = []string{"1"}
-	return inflight.Slot{}, &Error{Problem: Problem{
+	w.Header()["Retry-After"] = []string{"1"}
+	return &Error{Problem: Problem{
 		Type: ConcurrencyExceeded, Title: "Too Many Requests: concurrency limit", Status: http.StatusTooManyRequests,
-		Detail: fmt.Sprintf("concurrency limit: at most %d requests of this caller in flight at once, and %d are; retry when one ends",
-			d.Limit, d.InFlight),
-		Limit: "concurrency", ViolatedPolicies: []string{"concurrency"}, RetryAfterMillis: wait,
+		Detail: fmt.Sprintf("concurrency limit: at most %d requests of %s in flight at once, and %d are; retry when one ends; set by %s",
+			d.Limit, whose, d.InFlight, describeRule(rule)),
+		Limit: "concurrency", ViolatedPolicies: []string{"concurrency"}, RetryAfterMillis: wait, Rule: &rule,
 	}}
 }
 

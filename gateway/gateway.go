@@ -199,12 +199,12 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		// A concurrency slot is held until the response ends: success,
 		// upstream error, client gone or panic (gateway/concurrency.go).
-		slot, err := l.hold(w, r)
+		slots, err := l.hold(w, r)
 		if err != nil {
 			WriteError(w, err)
 			return
 		}
-		defer slot.Release()
+		defer slots.release()
 		if p.header == "" {
 			next.ServeHTTP(w, r)
 			return
@@ -494,21 +494,43 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src 
 		return
 	}
 	l.metrics.decision(outcomeShadowRefused, lim.Name, src, cl.plan)
-	// Sampled like the decision log, on a key of its own so that a shadow
-	// line and an enforced one of the same caller do not silence each
-	// other; the metric above counts every would-be refusal.
+	l.logShadow(cl, lim, ruleAt(res.ShadowRules, sd.Index),
+		slog.Int64("retry_after_ms", limit.BudgetOf(lim, &sd).RetryAfter.Milliseconds()))
+}
+
+// logShadow writes the log line of a request shadow limit lim of rule
+// would have refused, with attrs added. It is sampled like the decision
+// log, on a key of its own so that a shadow line and an enforced one of
+// the same caller do not silence each other; the metric counts every
+// would-be refusal.
+func (l *Limiter) logShadow(cl call, lim *limit.Limit, rule *rules.Rule, attrs ...slog.Attr) {
+	r := cl.r
 	if !l.log.Enabled(r.Context(), slog.LevelInfo) || !l.sampled.allow(shadowLogPrefix+cl.caller.key, l.now().UnixMilli()) {
 		return
 	}
-	attrs := []slog.Attr{
+	attrs = append([]slog.Attr{
 		slog.String("key", keyhash.Of(cl.caller.key)), slog.String("limit", lim.Name), slog.String("endpoint", cl.endpoint),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.Int64("retry_after_ms", limit.BudgetOf(lim, &sd).RetryAfter.Milliseconds()),
-	}
-	if rule := ruleAt(res.ShadowRules, sd.Index); rule != nil {
+	}, attrs...)
+	if rule != nil {
 		attrs = append(attrs, slog.Any("rule", ruleAttrs(rule, true)))
 	}
 	l.log.LogAttrs(r.Context(), slog.LevelInfo, "shadow rule would refuse", attrs...)
+}
+
+// shadowRefused reports a request that a shadow quota or concurrency
+// limit (kind), described as lim, of rule would have refused: the metric,
+// the sampled log line and an OnDecision event (Shadow, the one limit
+// refusing), as a shadow rate limit's would-be refusal is reported, so
+// the rules service counts it by rule. The request still passes.
+func (l *Limiter) shadowRefused(cl call, lim limit.Limit, rule *rules.Rule, src limit.Source, kind string, cost int64) {
+	l.metrics.decision(outcomeShadowRefused, lim.Name, src, cl.plan)
+	if l.onDecision != nil {
+		l.onDecision(Event{Request: cl.r, Key: cl.caller.key, Endpoint: cl.endpoint, Shadow: true,
+			Limits: []limit.Limit{lim}, Rules: []*rules.Rule{rule}, Cost: cost,
+			Decision: limit.Decision{Index: 0, Source: src}, Source: src, RulesVersion: cl.version})
+	}
+	l.logShadow(cl, &lim, rule, slog.String("kind", kind))
 }
 
 // refusal is the 429 for a request limit l refused, to retry after wait

@@ -17,9 +17,11 @@ import (
 type ProblemRule struct {
 	// Scope is the rule's scope: default, ip, endpoint, plan or key.
 	Scope rules.Scope `json:"scope"`
-	// Plan and Endpoint are what a plan or endpoint rule matches.
+	// Plan and Endpoint are what a plan or endpoint rule matches, and Org
+	// the organization an org rule names (empty: every organization).
 	Plan     string `json:"plan,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
+	Org      string `json:"org,omitempty"`
 	// Override is true for an emergency override of the caller's key,
 	// which ends at ExpiresAt.
 	Override  bool      `json:"override,omitempty"`
@@ -56,7 +58,7 @@ func problemRule(r *rules.Rule, version int64) ProblemRule {
 	if r == nil {
 		return ProblemRule{}
 	}
-	return ProblemRule{Scope: r.Scope, Plan: r.Match.Plan, Endpoint: r.Match.Endpoint,
+	return ProblemRule{Scope: r.Scope, Plan: r.Match.Plan, Endpoint: r.Match.Endpoint, Org: r.Match.Org,
 		Override: isOverride(r), ExpiresAt: r.ExpiresAt, ID: r.ID, RulesVersion: version}
 }
 
@@ -77,6 +79,8 @@ func describeRule(p ProblemRule) string {
 		fmt.Fprintf(&b, "plan %s's rule for endpoint %s", p.Plan, p.Endpoint)
 	case p.Scope == rules.ScopePlan:
 		fmt.Fprintf(&b, "plan %s's rule", p.Plan)
+	case p.Scope == rules.ScopeOrg && p.Org != "":
+		fmt.Fprintf(&b, "organization %s's rule", p.Org)
 	case p.Scope == rules.ScopeEndpoint:
 		fmt.Fprintf(&b, "endpoint %s's rule", p.Endpoint)
 	default:

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -31,6 +32,14 @@ func (l *Limiter) takeQuotas(w http.ResponseWriter, cl call, res *rules.Resoluti
 	d, err := src.Quotas().Take(cl.r.Context(), cl.caller.key, res.Quotas, res.Cost)
 	if err != nil {
 		return nil
+	}
+	if d.ShadowRefused {
+		q := &res.Quotas[d.ShadowIndex]
+		l.shadowRefused(cl, limit.Limit{Name: q.Name, Count: q.Count, Shadow: true}, ruleAt(res.QuotaRules, d.ShadowIndex),
+			limit.FromStore, "quota", res.Cost)
+	}
+	if d.Index < 0 {
+		return nil // shadow quotas only
 	}
 	q := &res.Quotas[d.Index]
 	h := w.Header()

@@ -109,7 +109,7 @@ func (b *Batcher) Take(ctx context.Context, key string, quotas []Quota, cost int
 		var adds []Add
 		for i := range quotas {
 			id, _, end := quotas[i].Window(now)
-			adds = append(adds, Add{Key: key, Counter: quotas[i].CounterName(id), ExpireAt: end.Add(Grace)})
+			adds = append(adds, Add{Key: quotas[i].keyOf(key), Counter: quotas[i].CounterName(id), ExpireAt: end.Add(Grace)})
 		}
 		ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 		totals, err := b.adder.AddCounts(ctx, adds)

@@ -60,6 +60,13 @@ type Decision struct {
 	Remaining int64
 	// ResetAfter is how long until that quota's period ends.
 	ResetAfter time.Duration
+	// ShadowRefused reports that a shadow quota (Quota.Shadow) would have
+	// refused the request, and ShadowIndex which (the first such). Shadow
+	// quotas are asked only when the enforced ones admit the request, and
+	// never change Allowed; Index and Remaining speak of the enforced
+	// quotas alone (Index is -1 when there are none).
+	ShadowRefused bool
+	ShadowIndex   int
 }
 
 // Add is one counter's addition to the shared store, and what Settle
@@ -80,18 +87,21 @@ type Add struct {
 const Grace = 24 * time.Hour
 
 // Take decides a request of cost tokens of key against quotas at now, and
-// counts it when every quota admits it (all or nothing).
+// counts it when every enforced quota admits it (all or nothing); then
+// each shadow quota that would admit it counts it too, and one that would
+// not is reported (Decision.ShadowRefused), so a shadow counter counts
+// what the quota would have let through.
 func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) Decision {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var es [4]*entry
-	list := es[:0]
+	var es, ss [4]*entry
+	list, shadows := es[:0], ss[:0]
 	d := Decision{Allowed: true, Index: -1}
 	unknown := false
 	for i := range quotas {
 		q := &quotas[i]
 		id, _, end := q.Window(now)
-		k := counterKey{key, q.CounterName(id)}
+		k := counterKey{q.keyOf(key), q.CounterName(id)}
 		e := c.entries[k]
 		if e == nil {
 			e = &entry{count: q.Count, expire: end}
@@ -102,6 +112,16 @@ func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) De
 			// Every counter of the request is made, so that one read
 			// settles them all.
 			unknown = true
+			continue
+		}
+		if q.Shadow {
+			if e.allowance < cost {
+				if !d.ShadowRefused {
+					d.ShadowRefused, d.ShadowIndex = true, i
+				}
+				continue
+			}
+			shadows = append(shadows, e)
 			continue
 		}
 		list = append(list, e)
@@ -120,9 +140,10 @@ func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) De
 		return Decision{Unknown: true, Index: -1}
 	}
 	if !d.Allowed {
+		d.ShadowRefused, d.ShadowIndex = false, 0
 		return d
 	}
-	for _, e := range list {
+	for _, e := range append(list, shadows...) {
 		e.pending += cost
 		e.allowance -= cost
 	}

@@ -56,6 +56,15 @@ type Quota struct {
 	// Location is the time zone the period's calendar is read in. Nil
 	// means UTC.
 	Location *time.Location
+	// Key is the store key the quota counts under instead of the
+	// request's: an organization's quota counts every key of the org
+	// under the org's ("o:acme"). Empty means the request's key.
+	Key string
+	// Shadow marks a quota tried out before it is enforced (a rule's mode:
+	// shadow): it counts in a counter of its own, the requests the
+	// enforced quotas admit and it would, and never refuses; a request it
+	// would refuse is reported in Decision.ShadowRefused.
+	Shadow bool
 }
 
 // Validate reports whether q can be counted, naming the field at fault.
@@ -105,7 +114,20 @@ func (q *Quota) CounterName(id string) string {
 	if q.Location != nil {
 		zone = q.Location.String()
 	}
-	return q.Name + ":" + string(q.Period) + ":" + zone + ":" + id
+	name := q.Name + ":" + string(q.Period) + ":" + zone + ":" + id
+	if q.Shadow {
+		// A name has no colon, so no enforced quota's counter is named so.
+		return "shadow:" + name
+	}
+	return name
+}
+
+// keyOf returns the store key q counts under for a request of key.
+func (q *Quota) keyOf(key string) string {
+	if q.Key != "" {
+		return q.Key
+	}
+	return key
 }
 
 // Remaining returns what is left of count after used, never negative.

@@ -199,3 +199,51 @@ func counterOf(q quota.Quota) string {
 	id, _, _ := q.Window(time.Now())
 	return q.CounterName(id)
 }
+
+// TestCounterShadowAndKey counts a shadow quota apart from the enforced
+// one of the same name, never refusing with it, and an org's quota under
+// its own key across two keys.
+func TestCounterShadowAndKey(t *testing.T) {
+	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	c := quota.NewCounter(nil)
+	qs := []quota.Quota{
+		{Name: "daily", Count: 10, Period: quota.Day},
+		{Name: "org", Count: 4, Period: quota.Day, Key: "o:acme"},
+		{Name: "daily", Count: 2, Period: quota.Day, Shadow: true},
+	}
+	// Every counter starts unknown: settle them at zero, as a read would.
+	var adds []quota.Add
+	for _, key := range []string{"k:a", "k:b"} {
+		if d := c.Take(now, key, qs, 1); !d.Unknown {
+			t.Fatalf("first take of %s: %+v, want Unknown", key, d)
+		}
+		adds = c.Pending(now)
+		c.Settle(adds, make([]int64, len(adds)), nil)
+	}
+	for i, tt := range []struct {
+		key           string
+		allowed, shad bool
+	}{
+		{"k:a", true, false}, {"k:a", true, false}, {"k:a", true, true}, // a's shadow 2 used up
+		{"k:b", true, false}, {"k:b", false, false}, // the org's 4 used up; refused asks no shadow
+	} {
+		d := c.Take(now, tt.key, qs, 1)
+		if d.Allowed != tt.allowed || d.ShadowRefused != tt.shad || (d.ShadowRefused && d.ShadowIndex != 2) {
+			t.Errorf("take %d of %s: %+v, want allowed %v, shadow refused %v", i, tt.key, d, tt.allowed, tt.shad)
+		}
+	}
+	got := map[string]int64{}
+	for _, a := range c.Pending(now) {
+		got[a.Key+" "+a.Counter] = a.Delta
+	}
+	want := map[string]int64{
+		"k:a daily:day:UTC:2026-12-03": 3, "k:a shadow:daily:day:UTC:2026-12-03": 2,
+		"k:b daily:day:UTC:2026-12-03": 1, "k:b shadow:daily:day:UTC:2026-12-03": 1,
+		"o:acme org:day:UTC:2026-12-03": 4,
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("pending %s: %d, want %d (all: %v)", k, got[k], n, got)
+		}
+	}
+}

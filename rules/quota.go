@@ -39,9 +39,6 @@ func (q *Quota) toQuota() (quota.Quota, error) {
 
 // compileQuotas converts r's quotas into c.
 func compileQuotas(r *Rule, c *compiled) *FieldError {
-	if len(r.Quotas) > 0 && r.Scope == ScopeOrg {
-		return &FieldError{Field: "quotas", Problem: "an org rule has no quotas yet: give the keys' plan or default rule the quota"}
-	}
 	if len(r.Quotas) > 0 && r.Scope == ScopeIP {
 		return &FieldError{Field: "quotas", Problem: "a quota counts an API key's use: ip rules have none"}
 	}
@@ -55,6 +52,7 @@ func compileQuotas(r *Rule, c *compiled) *FieldError {
 				return &FieldError{Field: fmt.Sprintf("quotas[%d].name", j), Problem: fmt.Sprintf("%q is used twice in this rule", q.Name)}
 			}
 		}
+		q.Shadow = r.Mode == Shadow
 		c.quotas = append(c.quotas, q)
 	}
 	return nil

@@ -66,3 +66,50 @@ func TestQuotaErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveQuotaKinds resolves key, org and shadow quotas: the org's
+// count under the org's store key, the shadow ones last and marked.
+func TestResolveQuotaKinds(t *testing.T) {
+	set, err := rules.Parse("quotas.yaml", []byte(`
+keys:
+  a: {plan: pro, org: acme}
+  b: {plan: pro}
+rules:
+  - scope: plan
+    match: {plan: pro}
+    quotas: [{name: daily, count: 1000, per: day}]
+  - scope: plan
+    match: {plan: pro}
+    mode: shadow
+    quotas: [{name: daily, count: 500, per: day}]
+  - scope: org
+    quotas: [{name: daily, count: 9000, per: day}]
+  - scope: org
+    match: {org: acme}
+    quotas: [{name: daily, count: 5000, per: day}, {name: monthly, count: 90000, per: month}]
+  - scope: org
+    match: {org: acme}
+    mode: shadow
+    quotas: [{name: monthly, count: 60000, per: month}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ key, want string }{
+		{"a", "daily:1000 o:acme/daily:5000 o:acme/monthly:90000 shadow:daily:500 shadow:o:acme/monthly:60000"},
+		{"b", "daily:1000 shadow:daily:500"},
+	} {
+		res := set.Resolve(time.Unix(1e9, 0), rules.Query{APIKey: tt.key})
+		var got []string
+		for i, q := range res.Quotas {
+			s := kindLabel(q.Key, q.Shadow, q.Name+":"+strconv.FormatInt(q.Count, 10))
+			if r := res.QuotaRules[i]; (r.Mode == rules.Shadow) != q.Shadow {
+				t.Errorf("key %s: quota %s from rule %+v", tt.key, s, r)
+			}
+			got = append(got, s)
+		}
+		if g := strings.Join(got, " "); g != tt.want {
+			t.Errorf("key %s: got %q, want %q", tt.key, g, tt.want)
+		}
+	}
+}

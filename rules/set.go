@@ -315,16 +315,8 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 	if len(r.Limits) == 0 && len(r.Quotas) == 0 && r.Concurrency == 0 {
 		return fe("limits", "a rule needs at least one limit, a quota or a concurrency")
 	}
-	switch {
-	case r.Concurrency < 0:
+	if r.Concurrency < 0 {
 		return fe("concurrency", "%d is negative", r.Concurrency)
-	case r.Concurrency > 0 && r.Mode == Shadow:
-		return fe("concurrency", "a shadow rule has no concurrency limit yet")
-	case r.Concurrency > 0 && r.Scope == ScopeOrg:
-		return fe("concurrency", "an org rule has no concurrency limit yet: give the keys' rules one")
-	}
-	if len(r.Quotas) > 0 && r.Mode == Shadow {
-		return fe("quotas", "a shadow rule has no quotas yet")
 	}
 	c := compiled{rule: r, shadow: r.Mode == Shadow, expires: r.ExpiresAt}
 	if err := compileQuotas(r, &c); err != nil {
@@ -388,16 +380,34 @@ type Resolution struct {
 	// and Shadow.
 	OrgLimits, OrgShadow int
 	// Quotas are the key's daily and monthly quotas (package quota),
-	// merged by name as limits are; QuotaRules are parallel to them.
+	// merged by name as limits are; QuotaRules are parallel to them. An
+	// org rule's quotas follow the key's and count under the org's store
+	// key (quota.Quota.Key); a shadow rule's quotas (quota.Quota.Shadow)
+	// come last, counted apart and never refusing.
 	Quotas     []quota.Quota
 	QuotaRules []*Rule
-	// Concurrency is the most requests of this caller in flight at once
-	// (package inflight), from ConcurrencyRule; zero means none.
-	Concurrency     int64
-	ConcurrencyRule *Rule
+	// Concurrency are the caller's concurrency limits (package inflight),
+	// at most one of each kind, in this order: the key's (or the client
+	// address's), its org's, then the shadow ones of each. Empty means
+	// none.
+	Concurrency []ConcurrencyLimit
 	// CostHeader is the endpoint's Endpoint.CostHeader: the response
 	// header or trailer holding the true cost, Cost being the estimate.
 	CostHeader string
+}
+
+// ConcurrencyLimit is one concurrency limit of a request, as resolved: at
+// most Most requests in flight at once, set by Rule.
+type ConcurrencyLimit struct {
+	Most int64
+	Rule *Rule
+	// Key is the store key the slots are held under: the org's ("o:" and
+	// its name) for an org rule's limit, counting every key of the org;
+	// empty for the caller's own.
+	Key string
+	// Shadow marks a shadow rule's limit: its slots are held apart, and a
+	// request it would refuse passes and is reported.
+	Shadow bool
 }
 
 // HasConcurrency reports whether any rule of s sets a concurrency limit,
@@ -451,24 +461,31 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		r    *Rule
 		spec int
 	}
-	var quotas []qpick
-	concSpec := -1
-	mergeQuotas := func(c *compiled) {
+	// Quotas and concurrency limits merge in four groups, as limits do:
+	// the key's, the org's, and the shadow ones of each (kindOf).
+	var quotas [4][]qpick
+	var conc [4]ConcurrencyLimit
+	concSpec := [4]int{-1, -1, -1, -1}
+	mergeQuotas := func(c *compiled, kind int) {
 		spec := 2 * specificity(c.rule.Scope, c.rule.Match)
 		if !c.expires.IsZero() {
 			spec++
 		}
+		into := &quotas[kind]
 	next:
 		for _, q := range c.quotas {
-			for i := range quotas {
-				if quotas[i].q.Name == q.Name {
-					if spec > quotas[i].spec {
-						quotas[i] = qpick{q, c.rule, spec}
+			if c.rule.Scope == ScopeOrg {
+				q.Key = OrgKeyPrefix + k.org
+			}
+			for i := range *into {
+				if (*into)[i].q.Name == q.Name {
+					if spec > (*into)[i].spec {
+						(*into)[i] = qpick{q, c.rule, spec}
 					}
 					continue next
 				}
 			}
-			quotas = append(quotas, qpick{q, c.rule, spec})
+			*into = append(*into, qpick{q, c.rule, spec})
 		}
 	}
 	merge := func(into *[]pick, c *compiled) {
@@ -501,14 +518,18 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 			if !c.expires.IsZero() && (until.IsZero() || c.expires.Before(until)) {
 				until = c.expires
 			}
-			mergeQuotas(c)
+			kind := kindOf(c)
+			mergeQuotas(c, kind)
 			if cc := c.rule.Concurrency; cc > 0 {
 				spec := 2 * specificity(c.rule.Scope, c.rule.Match)
 				if !c.expires.IsZero() {
 					spec++
 				}
-				if spec > concSpec {
-					concSpec, res.Concurrency, res.ConcurrencyRule = spec, cc, c.rule
+				if spec > concSpec[kind] {
+					concSpec[kind], conc[kind] = spec, ConcurrencyLimit{Most: cc, Rule: c.rule, Shadow: c.shadow}
+					if c.rule.Scope == ScopeOrg {
+						conc[kind].Key = OrgKeyPrefix + k.org
+					}
 				}
 			}
 			switch org := c.rule.Scope == ScopeOrg; {
@@ -532,9 +553,14 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		res.Shadow = append(res.Shadow, p.l)
 		res.ShadowRules = append(res.ShadowRules, p.r)
 	}
-	for _, p := range quotas {
-		res.Quotas = append(res.Quotas, p.q)
-		res.QuotaRules = append(res.QuotaRules, p.r)
+	for kind := range quotas {
+		for _, p := range quotas[kind] {
+			res.Quotas = append(res.Quotas, p.q)
+			res.QuotaRules = append(res.QuotaRules, p.r)
+		}
+		if conc[kind].Most > 0 {
+			res.Concurrency = append(res.Concurrency, conc[kind])
+		}
 	}
 	res.OrgLimits, res.OrgShadow = len(orgEnforced), len(orgShadow)
 	if res.OrgLimits+res.OrgShadow == 0 {
@@ -552,6 +578,20 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		}
 	}
 	return &resolved{res: res, from: now, until: until}
+}
+
+// kindOf is the merge group of c's quotas and concurrency limit, in the
+// order a Resolution lists them: the key's, the org's, the key's shadow,
+// the org's shadow.
+func kindOf(c *compiled) int {
+	kind := 0
+	if c.rule.Scope == ScopeOrg {
+		kind = 1
+	}
+	if c.shadow {
+		kind += 2
+	}
+	return kind
 }
 
 // keyOf returns what the Resolution of q depends on.

@@ -1,10 +1,12 @@
 package rulesvc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/quota"
@@ -36,6 +38,11 @@ type QuotaUsage struct {
 	Used      int64     `json:"used"`
 	Remaining int64     `json:"remaining"`
 	ResetsAt  time.Time `json:"resets_at"`
+	// Org names the organization an org rule's quota counts, every key
+	// of it together; empty for the key's own.
+	Org string `json:"org,omitempty"`
+	// Shadow marks a shadow rule's quota: counted apart, never refusing.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // usage answers GET /admin/v1/usage/{key}: the quotas that apply to the
@@ -66,34 +73,46 @@ func (s *Service) usage(w http.ResponseWriter, r *http.Request, _ string) error 
 		eps = append(eps, ep.Name)
 	}
 	out := Usage{Key: key, Quotas: []QuotaUsage{}}
-	var names []string
+	// The key's own counters and its org's are under two store keys: one
+	// read of each.
+	names := map[string][]string{}
+	var storeKeys []string
 	seen := map[string]bool{}
+	var counters []string // parallel to out.Quotas: store key and counter
 	for _, ep := range eps {
 		for _, q := range set.Resolve(now, rules.Query{APIKey: key, Endpoint: ep}).Quotas {
 			id, _, end := q.Window(now)
-			name := q.CounterName(id)
-			if seen[name] {
+			sk, name := cmp.Or(q.Key, "k:"+key), q.CounterName(id)
+			if seen[sk+" "+name] {
 				continue
 			}
-			seen[name] = true
+			seen[sk+" "+name] = true
+			counters = append(counters, sk+" "+name)
 			zone := "UTC"
 			if q.Location != nil {
 				zone = q.Location.String()
 			}
-			names = append(names, name)
+			if names[sk] == nil {
+				storeKeys = append(storeKeys, sk)
+			}
+			names[sk] = append(names[sk], name)
 			out.Quotas = append(out.Quotas, QuotaUsage{Name: q.Name, Per: string(q.Period), Zone: zone, Period: id,
-				Count: q.Count, ResetsAt: end.UTC()})
+				Count: q.Count, ResetsAt: end.UTC(), Org: strings.TrimPrefix(q.Key, rules.OrgKeyPrefix), Shadow: q.Shadow})
 		}
 	}
-	if len(names) > 0 {
-		used, err := s.cfg.Counts.ReadCounts(r.Context(), "k:"+key, names)
+	used := map[string]int64{}
+	for _, sk := range storeKeys {
+		got, err := s.cfg.Counts.ReadCounts(r.Context(), sk, names[sk])
 		if err != nil {
 			return &apiError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("read %s's quota counters: %v", key, err)}
 		}
-		for i := range out.Quotas {
-			out.Quotas[i].Used = used[i]
-			out.Quotas[i].Remaining = quota.Remaining(out.Quotas[i].Count, used[i])
+		for i, n := range got {
+			used[sk+" "+names[sk][i]] = n
 		}
+	}
+	for i := range out.Quotas {
+		out.Quotas[i].Used = used[counters[i]]
+		out.Quotas[i].Remaining = quota.Remaining(out.Quotas[i].Count, out.Quotas[i].Used)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -32,9 +32,9 @@ func usageCounts(t *testing.T) *redisstore.Store {
 func TestUsage(t *testing.T) {
 	t.Parallel()
 	rs := usageCounts(t)
-	r := startReplica(t, newSchema(t), rulesvc.Config{Counts: rs})
+	r := startReplica(t, newSchema(t), rulesvc.Config{Counts: rs, Canary: rulesvc.Canary{Disabled: true}})
 	base := r.srv.URL
-	if code, raw := call(t, base, writeToken, "PUT", "/admin/v1/keys/key_pro", rules.KeyInfo{Plan: "pro"}, nil); code != 200 {
+	if code, raw := call(t, base, writeToken, "PUT", "/admin/v1/keys/key_pro", rules.KeyInfo{Plan: "pro", Org: "acme"}, nil); code != 200 {
 		t.Fatalf("put key: %d %s", code, raw)
 	}
 	rule := rules.Rule{Scope: rules.ScopePlan, Match: rules.Match{Plan: "pro"}, Quotas: []rules.Quota{
@@ -42,13 +42,24 @@ func TestUsage(t *testing.T) {
 	if code, raw := call(t, base, writeToken, "POST", "/admin/v1/rules", rule, nil); code != 201 {
 		t.Fatalf("post rule: %d %s", code, raw)
 	}
+	// The key's org has a quota of its own, and a shadow rule tries a
+	// tighter daily one.
+	for _, rule := range []rules.Rule{
+		{Scope: rules.ScopeOrg, Match: rules.Match{Org: "acme"}, Quotas: []rules.Quota{{Name: "org-daily", Count: 50, Per: quota.Day}}},
+		{Scope: rules.ScopePlan, Match: rules.Match{Plan: "pro"}, Mode: rules.Shadow, Quotas: []rules.Quota{{Name: "daily", Count: 5, Per: quota.Day}}},
+	} {
+		if code, raw := call(t, base, writeToken, "POST", "/admin/v1/rules", rule, nil); code != 201 {
+			t.Fatalf("post rule: %d %s", code, raw)
+		}
+	}
 	// A gateway's batcher counts 7 requests and flushes them.
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	b, err := quota.New(counter{rs}, quota.Config{Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs := []quota.Quota{{Name: "daily", Count: 100, Period: quota.Day}, {Name: "monthly", Count: 1000, Period: quota.Month, Location: berlin}}
+	qs := []quota.Quota{{Name: "daily", Count: 100, Period: quota.Day}, {Name: "monthly", Count: 1000, Period: quota.Month, Location: berlin},
+		{Name: "org-daily", Count: 50, Period: quota.Day, Key: "o:acme"}, {Name: "daily", Count: 5, Period: quota.Day, Shadow: true}}
 	for range 7 {
 		if _, err := b.Take(t.Context(), "k:key_pro", qs, 1); err != nil {
 			t.Fatal(err)
@@ -56,16 +67,28 @@ func TestUsage(t *testing.T) {
 	}
 	b.Close()
 
+	// The service loads the newest version once PostgreSQL notifies it.
 	var u rulesvc.Usage
-	if code, raw := call(t, base, writeToken, "GET", "/admin/v1/usage/key_pro", nil, &u); code != 200 {
-		t.Fatalf("usage: %d %s", code, raw)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		u = rulesvc.Usage{}
+		if code, raw := call(t, base, writeToken, "GET", "/admin/v1/usage/key_pro", nil, &u); code != 200 {
+			t.Fatalf("usage: %d %s", code, raw)
+		}
+		if len(u.Quotas) == 4 || time.Now().After(end) {
+			break
+		}
 	}
-	if len(u.Quotas) != 2 {
-		t.Fatalf("got %d quotas (%+v), want 2", len(u.Quotas), u)
+	if len(u.Quotas) != 4 {
+		t.Fatalf("got %d quotas (%+v), want 4", len(u.Quotas), u)
 	}
-	for _, q := range u.Quotas {
-		if q.Used != 7 || q.Remaining != q.Count-7 {
-			t.Errorf("quota %s: used %d, remaining %d of %d; want 7 used", q.Name, q.Used, q.Remaining, q.Count)
+	for i, want := range []struct {
+		name, org string
+		shadow    bool
+		used      int64
+	}{{"daily", "", false, 7}, {"monthly", "", false, 7}, {"org-daily", "acme", false, 7}, {"daily", "", true, 5}} {
+		q := u.Quotas[i]
+		if q.Name != want.name || q.Org != want.org || q.Shadow != want.shadow || q.Used != want.used || q.Remaining != q.Count-want.used {
+			t.Errorf("quota %d: %+v; want %s (org %q, shadow %v) with %d used", i, q, want.name, want.org, want.shadow, want.used)
 		}
 	}
 	if u.Quotas[1].Zone != "Europe/Berlin" {
