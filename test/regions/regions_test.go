@@ -1,7 +1,6 @@
 package regions
 
 import (
-	"math"
 	"net/http"
 	"slices"
 	"testing"
@@ -93,18 +92,7 @@ func TestSteadySplit(t *testing.T) {
 	for i, part := range []int{60, 30, 10} {
 		tr.flow(stop, func() string { return w.gateways[i].URL }, i, "steady", 2*rate*part/100)
 	}
-	want := []float64{0.6, 0.3, 0.1}
-	took, v := w.waitShares("steady", "shares to converge to 60/30/10", 20*time.Second, func(s []float64) bool {
-		for i := range s {
-			if math.Abs(s[i]-want[i]) > 0.03 {
-				return false
-			}
-		}
-		return true
-	})
-	for i := range regionNames {
-		w.waitGateway(i, float64(v))
-	}
+	took := w.waitSplit("steady", []float64{0.6, 0.3, 0.1})
 	from := time.Now()
 	time.Sleep(3 * time.Second)
 	close(stop)

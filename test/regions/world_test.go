@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +55,9 @@ type world struct {
 	balancerURL string
 	stale       time.Duration
 	gateways    []*proctest.Process // by region index
+	// limits names, for a key of the tests, the store key and limit the
+	// balancer shares; a key not in it is an API key's limit s.
+	limits map[string][2]string
 }
 
 // rule is one key's limit in a test's rules file.
@@ -71,9 +75,15 @@ func newWorld(t *testing.T, stale time.Duration, proxy func(string) string, rule
 	for _, r := range rules {
 		fmt.Fprintf(&b, "  - scope: key\n    match: {key: %s}\n    limits: [{name: s, rate: %d, per: 1s, burst: %d}]\n", r.key, r.rate, r.burst)
 	}
+	return newWorldDoc(t, stale, proxy, b.String())
+}
+
+// newWorldDoc is newWorld with the rules file written as doc.
+func newWorldDoc(t *testing.T, stale time.Duration, proxy func(string) string, doc string) *world {
+	t.Helper()
 	w := &world{t: t, stale: stale, gateways: make([]*proctest.Process, len(regionNames))}
 	w.rules = filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(w.rules, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(w.rules, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	w.startBalancer()
@@ -117,7 +127,11 @@ func (w *world) shares(key string) []float64 {
 // from.
 func (w *world) sharesAt(key string) ([]float64, int64) {
 	w.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, w.balancer.URL+balancer.KeyPath+"k:"+key, nil)
+	storeKey, lim := "k:"+key, "s"
+	if p, ok := w.limits[key]; ok {
+		storeKey, lim = p[0], p[1]
+	}
+	req, err := http.NewRequest(http.MethodGet, w.balancer.URL+balancer.KeyPath+storeKey, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -134,7 +148,7 @@ func (w *world) sharesAt(key string) ([]float64, int64) {
 	}
 	out := make([]float64, len(regionNames))
 	for i, r := range regionNames {
-		out[i] = ks.Limits["s"][r].Fraction
+		out[i] = ks.Limits[lim][r].Fraction
 	}
 	return out, ks.Version
 }
@@ -154,6 +168,25 @@ func (w *world) waitShares(key, what string, limit time.Duration, cond func([]fl
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitSplit waits until a key's shares are within 0.03 of want, by
+// region, and every gateway runs them; it returns how long the balancer
+// took.
+func (w *world) waitSplit(key string, want []float64) time.Duration {
+	w.t.Helper()
+	took, v := w.waitShares(key, fmt.Sprintf("shares to converge to %v", want), 20*time.Second, func(s []float64) bool {
+		for i := range s {
+			if math.Abs(s[i]-want[i]) > 0.03 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range regionNames {
+		w.waitGateway(i, float64(v))
+	}
+	return took
 }
 
 // metric returns the sum of a metric's samples in a process's /metrics.
