@@ -101,6 +101,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the share metrics. Nil registers none.
 	Registerer prometheus.Registerer
+	// GiveBack is where Store.GiveBack returns a take's grants: the store
+	// at the bottom of the stack the region's takes reach (a pipeline's
+	// redisstore.Store). Nil means the inner store, when it is a
+	// GiveBacker.
+	GiveBack GiveBacker
+}
+
+// GiveBacker returns a take's grants to every limit of a request, never
+// above a limit's burst: redisstore.Store and memstore.Store are ones.
+type GiveBacker interface {
+	GiveBack(ctx context.Context, req *limit.Request) error
 }
 
 // DefaultStale is how long shares stay in force without the balancer.
@@ -296,6 +307,35 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 	return d, err
 }
 
+// GiveBack returns req's cost to every limit of req as this region took
+// it: each limit scaled to its share as Take scales it, so that the cost
+// reaches the bucket the take drew from (a scaled token bucket is kept
+// under its scaled period) and no bucket is lifted above the region's
+// share of its burst. A limit whose share now rounds to nothing is left
+// out: a take of it would have taken nothing. It goes to Config.GiveBack,
+// or the inner store; with neither, it is an error. Usage is not changed.
+func (s *Store) GiveBack(ctx context.Context, req *limit.Request) error {
+	g := s.cfg.GiveBack
+	if g == nil {
+		var ok bool
+		if g, ok = s.inner.(GiveBacker); !ok {
+			return errors.New("share: nothing to give back to: the inner store is not a GiveBacker and Config.GiveBack is nil")
+		}
+	}
+	v := s.view()
+	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, 0, len(req.Limits))}
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		if sl, ok := s.scaleOne(v, req.Key, l); ok {
+			out.Limits = append(out.Limits, sl)
+		}
+	}
+	if len(out.Limits) == 0 {
+		return nil
+	}
+	return g.GiveBack(ctx, out)
+}
+
 // passable turns the inner store's limit.Never (the cost is above the
 // scaled limit's burst) into a refusal for one rebalance interval, or the
 // limit's period if shorter, when the cost fits the whole limit's burst:
@@ -322,16 +362,24 @@ func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool)
 	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, len(req.Limits))}
 	for i := range req.Limits {
 		l := &req.Limits[i]
-		sl, ok := l.Scale(limit.Fraction{Num: int64(s.lookup(v, Pair{req.Key, l.Name})), Den: Whole}, limit.RoundDown)
-		if !ok && l.Shadow {
-			sl, ok = *l, true // a shadow limit never refuses
-		}
+		sl, ok := s.scaleOne(v, req.Key, l)
 		if !ok {
 			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: limit.FromRegionShare}, false
 		}
 		out.Limits[i] = sl
 	}
 	return out, limit.Decision{}, true
+}
+
+// scaleOne scales limit l of key to its share in v, rounding down; false
+// when the share rounds to nothing. A shadow limit then stays whole: it
+// never refuses.
+func (s *Store) scaleOne(v view, key string, l *limit.Limit) (limit.Limit, bool) {
+	sl, ok := l.Scale(limit.Fraction{Num: int64(s.lookup(v, Pair{key, l.Name})), Den: Whole}, limit.RoundDown)
+	if !ok && l.Shadow {
+		return *l, true
+	}
+	return sl, ok
 }
 
 // Granter is a Store over a limit.Granter: it also takes batches of a
