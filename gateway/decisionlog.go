@@ -86,5 +86,8 @@ func ruleAttrs(rule *rules.Rule, hashKey bool) slog.Value {
 	if rule.ID != 0 {
 		attrs = append(attrs, slog.Int64("id", rule.ID))
 	}
+	if rule.Version != 0 {
+		attrs = append(attrs, slog.Int64("version", rule.Version))
+	}
 	return slog.GroupValue(attrs...)
 }

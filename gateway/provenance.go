@@ -28,6 +28,9 @@ type ProblemRule struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// ID is the rules service's rule ID; zero for a rules file.
 	ID int64 `json:"id,omitempty"`
+	// Version is the rule's own version: the snapshot that last changed
+	// it (rules.Rule.Version); zero for a rules file.
+	Version int64 `json:"version,omitempty"`
 	// RulesVersion is the snapshot the request was checked against; zero
 	// for a rules file.
 	RulesVersion int64 `json:"rules_version,omitempty"`
@@ -59,7 +62,7 @@ func problemRule(r *rules.Rule, version int64) ProblemRule {
 		return ProblemRule{}
 	}
 	return ProblemRule{Scope: r.Scope, Plan: r.Match.Plan, Endpoint: r.Match.Endpoint, Org: r.Match.Org,
-		Override: isOverride(r), ExpiresAt: r.ExpiresAt, ID: r.ID, RulesVersion: version}
+		Override: isOverride(r), ExpiresAt: r.ExpiresAt, ID: r.ID, Version: r.Version, RulesVersion: version}
 }
 
 // isOverride reports whether r is an emergency override: a key rule with
@@ -67,7 +70,7 @@ func problemRule(r *rules.Rule, version int64) ProblemRule {
 func isOverride(r *rules.Rule) bool { return r.Scope == rules.ScopeKey && !r.ExpiresAt.IsZero() }
 
 // describeRule is the rule in the words of a problem's detail: "the
-// override of your key (rule 7 of rules version 12)".
+// override of your key (rule 7, version 11, of rules version 12)".
 func describeRule(p ProblemRule) string {
 	var b strings.Builder
 	switch {
@@ -86,7 +89,10 @@ func describeRule(p ProblemRule) string {
 	default:
 		fmt.Fprintf(&b, "the %s rule", p.Scope)
 	}
-	if p.ID != 0 {
+	switch {
+	case p.ID != 0 && p.Version != 0:
+		fmt.Fprintf(&b, " (rule %d, version %d, of rules version %d)", p.ID, p.Version, p.RulesVersion)
+	case p.ID != 0:
 		fmt.Fprintf(&b, " (rule %d of rules version %d)", p.ID, p.RulesVersion)
 	}
 	return b.String()

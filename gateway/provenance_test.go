@@ -26,9 +26,9 @@ func TestRefusalNamesTheRule(t *testing.T) {
 		Keys:      map[string]rules.KeyInfo{"key_pro": {Plan: "pro"}, "key_ov": {Plan: "pro"}},
 		Endpoints: []rules.Endpoint{{Name: "search", Path: "/v1/search"}},
 		Rules: []rules.Rule{
-			{ID: 3, Scope: rules.ScopePlan, Match: rules.Match{Plan: "pro"},
+			{ID: 3, Version: 10, Scope: rules.ScopePlan, Match: rules.Match{Plan: "pro"},
 				Limits: []rules.Limit{{Name: "minute", Rate: 100, Per: rules.Duration(time.Minute)}, {Name: "second", Rate: 2, Per: rules.Duration(time.Second)}}},
-			{ID: 9, Scope: rules.ScopeKey, Match: rules.Match{Key: "key_ov"}, ExpiresAt: expires, Reason: "INC-23 retry storm",
+			{ID: 9, Version: 12, Scope: rules.ScopeKey, Match: rules.Match{Key: "key_ov"}, ExpiresAt: expires, Reason: "INC-23 retry storm",
 				Limits: []rules.Limit{{Name: "second", Rate: 1, Per: rules.Duration(time.Second)}}},
 		},
 	}
@@ -50,9 +50,10 @@ func TestRefusalNamesTheRule(t *testing.T) {
 		wantRule   gateway.ProblemRule
 		wantDetail string
 	}{
-		{"key_pro", 2, gateway.ProblemRule{Scope: rules.ScopePlan, Plan: "pro", ID: 3, RulesVersion: 12}, "plan pro's rule (rule 3 of rules version 12)"},
-		{"key_ov", 1, gateway.ProblemRule{Scope: rules.ScopeKey, Override: true, ExpiresAt: expires, ID: 9, RulesVersion: 12},
-			"the emergency override of your key (rule 9 of rules version 12)"},
+		{"key_pro", 2, gateway.ProblemRule{Scope: rules.ScopePlan, Plan: "pro", ID: 3, Version: 10, RulesVersion: 12},
+			"plan pro's rule (rule 3, version 10, of rules version 12)"},
+		{"key_ov", 1, gateway.ProblemRule{Scope: rules.ScopeKey, Override: true, ExpiresAt: expires, ID: 9, Version: 12, RulesVersion: 12},
+			"the emergency override of your key (rule 9, version 12, of rules version 12)"},
 	}
 	for _, tt := range tests {
 		for range tt.passes {
@@ -79,6 +80,11 @@ func TestRefusalNamesTheRule(t *testing.T) {
 		if len(p.Limits) != 2 || p.Limits[0].Name != "minute" || p.Limits[1].Name != "second" || !p.Limits[1].Refused || p.Limits[0].Refused {
 			t.Fatalf("%s: got limits %+v, want minute then second, second refusing", tt.key, p.Limits)
 		}
+		// Each limit names its own rule and that rule's version: the
+		// override's second beside the plan's minute.
+		if m, s := p.Limits[0].Rule, p.Limits[1].Rule; m.ID != 3 || m.Version != 10 || s.ID != tt.wantRule.ID || s.Version != tt.wantRule.Version {
+			t.Errorf("%s: limits' rules %+v and %+v, want rule 3 version 10 and rule %d version %d", tt.key, m, s, tt.wantRule.ID, tt.wantRule.Version)
+		}
 		// Each limit's own answer: the minute had room, the second none.
 		if m, s := p.Limits[0], p.Limits[1]; m.Remaining == nil || *m.Remaining != 100-int64(tt.passes) || m.RetryAfterMillis != 0 ||
 			s.Remaining == nil || *s.Remaining != 0 || s.RetryAfterMillis <= 0 {
@@ -98,10 +104,10 @@ func TestRefusalNamesTheRule(t *testing.T) {
 			t.Fatalf("log line %q: %v", line, err)
 		}
 		if rec.Outcome == "refused" && rec.Rule["id"] == 9.0 {
-			found = rec.Rule["override"] == true && rec.Rule["reason"] == "INC-23 retry storm" && len(rec.Limits) == 2
+			found = rec.Rule["override"] == true && rec.Rule["reason"] == "INC-23 retry storm" && rec.Rule["version"] == 12.0 && len(rec.Limits) == 2
 		}
 	}
 	if !found {
-		t.Errorf("decision log lacks the override's refusal with its reason and both limits:\n%s", log.String())
+		t.Errorf("decision log lacks the override's refusal with its reason, its version and both limits:\n%s", log.String())
 	}
 }

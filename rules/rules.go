@@ -137,10 +137,14 @@ type Match struct {
 // Rule is one entry of the rules table.
 type Rule struct {
 	// ID is the rules service's identifier; zero in a rules file.
-	ID     int64   `json:"id,omitempty" yaml:"id,omitempty"`
-	Scope  Scope   `json:"scope" yaml:"scope"`
-	Match  Match   `json:"match,omitzero" yaml:"match,omitempty"`
-	Limits []Limit `json:"limits" yaml:"limits"`
+	ID int64 `json:"id,omitempty" yaml:"id,omitempty"`
+	// Version is the rules service's snapshot version that last changed
+	// the rule, carried in its snapshots so that a refusal can name the
+	// rule's own version; zero in a rules file, which cannot set it.
+	Version int64   `json:"version,omitempty" yaml:"-"`
+	Scope   Scope   `json:"scope" yaml:"scope"`
+	Match   Match   `json:"match,omitzero" yaml:"match,omitempty"`
+	Limits  []Limit `json:"limits" yaml:"limits"`
 	// Quotas are daily and monthly counts, counted in batches (package
 	// quota); a rule may have quotas and no limits.
 	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty"`

@@ -25,6 +25,9 @@ type built struct {
 	doc       rules.Document
 	set       *rules.Set
 	overrides []int64 // IDs of the emergency overrides among doc.Rules
+	// changed are the IDs of the rules the change being published made
+	// or changed: insert gives them the new snapshot's version.
+	changed []int64
 }
 
 // build reads the whole rule set and compiles it. Rules already expired are
@@ -82,18 +85,33 @@ func withOverrides(stable rules.Document, stableOverrides []int64, cur *built) (
 		out.doc.Rules = []rules.Rule{}
 	}
 	out.overrides = cur.overrides
+	for _, id := range cur.changed {
+		// Only an override is laid over the stable rules: another rule
+		// changed is the stable one here, of its stable version.
+		if slices.Contains(cur.overrides, id) {
+			out.changed = append(out.changed, id)
+		}
+	}
 	return &out, out.compile()
 }
 
 // insert stores b as the next snapshot version and returns the version.
+// The rules b.changed names carry that version as their own
+// (rules.Rule.Version): the snapshot is the one that changed them.
 func (b *built) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
-	doc, err := json.Marshal(b.doc)
-	if err != nil {
-		return 0, fmt.Errorf("encode snapshot: %w", err)
-	}
 	var v int64
 	if err := tx.QueryRow(ctx, "SELECT nextval('snapshot_version')").Scan(&v); err != nil {
 		return 0, fmt.Errorf("next snapshot version: %w", err)
+	}
+	if b.stamp(v) {
+		// The hash covers the versions: compile again.
+		if err := b.compile(); err != nil {
+			return 0, fmt.Errorf("compile snapshot %d: %w", v, err)
+		}
+	}
+	doc, err := json.Marshal(b.doc)
+	if err != nil {
+		return 0, fmt.Errorf("encode snapshot: %w", err)
 	}
 	overrides := b.overrides
 	if overrides == nil {
@@ -105,6 +123,23 @@ func (b *built) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
 		return 0, fmt.Errorf("insert snapshot %d: %w", v, err)
 	}
 	return v, nil
+}
+
+// stamp sets the Version of b's rules that b.changed names to v, and
+// reports whether it set any. The document's rules are copied first: b's
+// may share them with another built (withOverrides).
+func (b *built) stamp(v int64) bool {
+	if len(b.changed) == 0 {
+		return false
+	}
+	b.doc.Rules = slices.Clone(b.doc.Rules)
+	stamped := false
+	for i := range b.doc.Rules {
+		if r := &b.doc.Rules[i]; slices.Contains(b.changed, r.ID) {
+			r.Version, stamped = v, true
+		}
+	}
+	return stamped
 }
 
 func readKeys(ctx context.Context, q querier) (map[string]rules.KeyInfo, error) {
@@ -143,7 +178,7 @@ func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
 	return eps, nil
 }
 
-const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas, concurrency, refusals"
+const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas, concurrency, refusals, version"
 
 // readRules reads the rules a WHERE clause selects, in ID order, and which
 // of them are emergency overrides.
@@ -180,7 +215,7 @@ func scanRule(row pgx.Row, extra ...any) (rules.Rule, bool, error) {
 		override       bool
 		refusals       string
 	)
-	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override, &quotas, &r.Concurrency, &refusals}, extra...)
+	dest := append([]any{&r.ID, &r.Scope, &match, &lims, &mode, &failMode, &expires, &r.Reason, &override, &quotas, &r.Concurrency, &refusals, &r.Version}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return r, false, err
 	}

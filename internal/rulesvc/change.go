@@ -62,6 +62,10 @@ func (s *Service) commit(ctx context.Context, c change) (outcome, Published, err
 		if err != nil {
 			return compileError(err, b, out)
 		}
+		b.changed = out.touched
+		if out.ruleID != 0 {
+			b.changed = append(slices.Clone(out.touched), out.ruleID)
+		}
 		if pub, err = s.publish(ctx, tx, b, c.emergency); err != nil {
 			return err
 		}

@@ -169,6 +169,7 @@ func ruleName(r rules.Rule) string {
 // normalRule is r as it reads back once stored: the defaults spelt out,
 // the expiry in UTC to the microsecond.
 func normalRule(r rules.Rule) rules.Rule {
+	r.Version = 0 // the service's to set
 	r.Mode = cmp.Or(r.Mode, rules.Enforce)
 	r.FailMode = cmp.Or(r.FailMode, rules.FailOpen)
 	if !r.ExpiresAt.IsZero() {
@@ -194,8 +195,11 @@ func replaceRuleSet(ctx context.Context, tx pgx.Tx, doc rules.Document) ([]admin
 		return nil, nil, err
 	}
 	byID := map[int64]rules.Rule{}
-	for _, r := range stored {
-		byID[r.ID] = r
+	for i := range stored {
+		// A rule's version is the service's record, not the rule's
+		// content: compared without it.
+		stored[i].Version = 0
+		byID[stored[i].ID] = stored[i]
 	}
 	claimed := map[int64]bool{}
 	target := make([]int64, len(doc.Rules)) // the stored rule each replaces; 0 for none
