@@ -286,3 +286,13 @@ func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
 	err := c.do(ctx, "GET", "/fleet", nil, &out)
 	return out, err
 }
+
+// Shadow returns what each shadow rule would have refused over the last
+// since (a duration such as "1h"), by rule.
+func (c *Client) Shadow(ctx context.Context, since string) ([]ShadowRule, error) {
+	var out struct {
+		Rules []ShadowRule `json:"rules"`
+	}
+	err := c.do(ctx, "GET", "/shadow?since="+url.QueryEscape(since), nil, &out)
+	return out.Rules, err
+}
