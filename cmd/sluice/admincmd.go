@@ -132,10 +132,7 @@ func parseArgs(fs *flag.FlagSet, args []string, names ...string) ([]string, erro
 		}
 	}
 	if len(pos) < len(names) {
-		err := fmt.Errorf("want %s", strings.Join(names, " "))
-		fmt.Fprintln(fs.Output(), err)
-		fs.Usage()
-		return nil, usageError{err}
+		return nil, usageOf(fs, fmt.Errorf("want %s", strings.Join(names, " ")))
 	}
 	// parseFlags refuses what is left and reads the environment.
 	if err := parseFlags(fs, fs.Args()); err != nil {
