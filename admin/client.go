@@ -10,6 +10,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,11 +85,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	hc := c.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := cmp.Or(c.HTTPClient, http.DefaultClient).Do(req)
 	if err != nil {
 		return fmt.Errorf("admin: %w", err)
 	}
@@ -285,4 +282,14 @@ func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
 	var out Fleet
 	err := c.do(ctx, "GET", "/fleet", nil, &out)
 	return out, err
+}
+
+// Shadow returns what each shadow rule would have refused over the last
+// since (a duration such as "1h"), by rule.
+func (c *Client) Shadow(ctx context.Context, since string) ([]ShadowRule, error) {
+	var out struct {
+		Rules []ShadowRule `json:"rules"`
+	}
+	err := c.do(ctx, "GET", "/shadow?since="+url.QueryEscape(since), nil, &out)
+	return out.Rules, err
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -214,10 +215,7 @@ func Build(ctx context.Context, in ExplainInput) (Explanation, error) {
 		}
 		return l.Name
 	}
-	source := in.Source
-	if source == "" {
-		source = "rules service"
-	}
+	source := cmp.Or(in.Source, "rules service")
 	tightest, best := -1, math.Inf(1)
 	for _, c := range in.Set.Candidates(in.Now, q) {
 		l := c.Limit

@@ -191,8 +191,8 @@ func TestSystemdUnits(t *testing.T) {
 	t.Parallel()
 	analyze := tool(t, "systemd-analyze", "systemd")
 	units, err := filepath.Glob("systemd/*.service")
-	if err != nil || len(units) != 4 {
-		t.Fatalf("systemd/*.service: %v %v, want the gateway, rules service, rls and balancer units", units, err)
+	if err != nil || len(units) != 5 {
+		t.Fatalf("systemd/*.service: %v %v, want the gateway, rules service, rls, balancer and relay units", units, err)
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
@@ -240,11 +240,12 @@ func lastLines(s string, n int) string {
 // the unit passes on: a misspelt variable would otherwise be ignored.
 func TestExampleEnvFiles(t *testing.T) {
 	t.Parallel()
-	secrets := []string{"SLUICE_REDIS_PASSWORD", "SLUICE_READ_TOKEN", "SLUICE_WRITE_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_BALANCER_TOKEN"}
+	secrets := []string{"SLUICE_REDIS_PASSWORD", "SLUICE_READ_TOKEN", "SLUICE_WRITE_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_BALANCER_TOKEN", "SLUICE_RELAY_TOKEN"}
 	for file, command := range map[string]string{
 		"example/gateway.env": "gateway", "example/secrets/gateway.env.example": "gateway",
 		"example/rules.env": "rules", "example/secrets/rules.env.example": "rules",
 		"example/rls.env": "rls", "example/balancer.env": "balancer",
+		"example/relay.env": "relay", "example/secrets/relay.env.example": "relay",
 	} {
 		_, _, help := sluice.Run(t, command, "-h")
 		unit := readFile(t, "systemd/sluice-"+command+".service")

@@ -30,6 +30,16 @@ func addAdminFlags(fs *flag.FlagSet, o *adminOptions) {
 	fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token (read, or write for changes); default $"+envAdminToken)
 }
 
+// newAdminFlagSet is newFlagSet for a command of the admin API: it adds
+// --rules-url and --token-file, into the options it returns, and the
+// usage lines on the token.
+func newAdminFlagSet(name, synopsis string, stderr io.Writer, about ...string) (*flag.FlagSet, *adminOptions) {
+	fs := newFlagSet(name, synopsis, stderr, append(about, adminAbout)...)
+	o := &adminOptions{}
+	addAdminFlags(fs, o)
+	return fs, o
+}
+
 // adminAbout is the usage lines on the token every admin command shows.
 const adminAbout = "The token comes from --token-file, else from $" + envAdminToken + "; it is never a flag,\n" +
 	"so that it stays out of the process list."
@@ -122,10 +132,7 @@ func parseArgs(fs *flag.FlagSet, args []string, names ...string) ([]string, erro
 		}
 	}
 	if len(pos) < len(names) {
-		err := fmt.Errorf("want %s", strings.Join(names, " "))
-		fmt.Fprintln(fs.Output(), err)
-		fs.Usage()
-		return nil, usageError{err}
+		return nil, usageOf(fs, fmt.Errorf("want %s", strings.Join(names, " ")))
 	}
 	// parseFlags refuses what is left and reads the environment.
 	if err := parseFlags(fs, fs.Args()); err != nil {

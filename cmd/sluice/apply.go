@@ -26,21 +26,18 @@ func runRulesCommand(ctx context.Context, args []string, stdout, stderr io.Write
 // runApply applies a rules file to a running rules service in one
 // version, printing the differences first.
 func runApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o adminOptions
 	var file string
 	var dry bool
-	fs := newFlagSet("rules apply", "-f FILE [--dry-run] [flags]", stderr,
+	fs, o := newAdminFlagSet("rules apply", "-f FILE [--dry-run] [flags]", stderr,
 		"Makes the rules service's rule set the one in FILE (YAML, as gateway --rules reads),",
 		"in one new version: the rules replace every rule but the emergency overrides, and",
 		"the keys and endpoints sections, when FILE has them, replace the stored ones (leave",
 		"a section out to keep what is stored). The differences with the current version",
 		"are printed first, one a line: + added, - removed, ~ changed. A file that matches",
 		"what is stored makes no version. --dry-run prints them and stores nothing.",
-		adminAbout,
 	)
 	fs.StringVar(&file, "f", "", "rules `file` to apply (YAML); - for stdin")
 	fs.BoolVar(&dry, "dry-run", false, "print the differences and store nothing")
-	addAdminFlags(fs, &o)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

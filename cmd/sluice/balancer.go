@@ -61,6 +61,22 @@ func regionsFlag(p *[]string) func(string) error {
 	}
 }
 
+// urlsFlag parses a comma-separated list of URLs into *p.
+func urlsFlag(p *[]string) func(string) error {
+	return func(s string) error {
+		*p = nil
+		for u := range strings.SplitSeq(s, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				*p = append(*p, u)
+			}
+		}
+		if len(*p) == 0 {
+			return fmt.Errorf("no URL in %q", s)
+		}
+		return nil
+	}
+}
+
 func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error) {
 	o := balancerOptions{listen: "127.0.0.1:8082", minShare: 0.05}
 	c := &o.cfg
@@ -192,18 +208,7 @@ type shareOptions struct {
 
 // registerShareFlags adds the gateway's balancer flags to fs.
 func registerShareFlags(fs *flag.FlagSet, o *shareOptions) {
-	fs.Func("balancer-url", "base `URL`s of the quota balancer, comma-separated, the active one first; enforces this region's share of every limit (needs --region and --regions)", func(s string) error {
-		o.URLs = nil
-		for u := range strings.SplitSeq(s, ",") {
-			if u = strings.TrimSpace(u); u != "" {
-				o.URLs = append(o.URLs, u)
-			}
-		}
-		if len(o.URLs) == 0 {
-			return fmt.Errorf("no URL in %q", s)
-		}
-		return nil
-	})
+	fs.Func("balancer-url", "base `URL`s of the quota balancer, comma-separated, the active one first; enforces this region's share of every limit (needs --region and --regions)", urlsFlag(&o.URLs))
 	fs.Func("regions", "`names` of every region sharing the limits, comma-separated, this one included: each gets an even split until the balancer answers", regionsFlag(&o.Regions))
 	fs.DurationVar(&o.Interval, "share-interval", 10*time.Second, "how often this gateway reports its busiest keys to the balancer; as the balancer's --interval")
 	fs.DurationVar(&o.Stale, "share-stale", share.DefaultStale, "how long region shares stay in force without the balancer; after that every key gets the default share")

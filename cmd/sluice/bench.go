@@ -89,9 +89,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("bench: %w", err)
 		}
 		pcfg.Redis = redisCfg
-		if pcfg.Fleet.Gateways == 0 {
-			pcfg.Fleet.Gateways = 1 // one process: say so, rather than warn
-		}
+		pcfg.Fleet.Gateways = cmp.Or(pcfg.Fleet.Gateways, 1) // one process: say so, rather than warn
 		return runOverhead(ctx, overheadOptions{upstream: *upstream, at: rates, concurrency: *concurrency, duration: *duration,
 			maxPairs: *maxOps, keys: *keys, rate: *rate, pipeline: pcfg}, stdout)
 	}
@@ -130,9 +128,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(redisCfg.Addrs) > 0 {
 		pcfg.Redis = redisCfg
 		addrs := strings.Join(redisCfg.Addrs, ",")
-		if pcfg.Fleet.Gateways == 0 {
-			pcfg.Fleet.Gateways = 1 // one process: say so, rather than warn
-		}
+		pcfg.Fleet.Gateways = cmp.Or(pcfg.Fleet.Gateways, 1) // one process: say so, rather than warn
 		name = "redis " + addrs + " (leases, guard, store"
 		if pcfg.NoLeases {
 			name = "redis " + addrs + " (guard, store"

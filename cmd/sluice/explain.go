@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,24 +23,21 @@ import (
 // runExplain runs sluice explain: why a key is limited, asked of the rules
 // service or of a running gateway's metrics address.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o adminOptions
 	var gatewayURL, method, path, region string
 	var asJSON bool
-	fs := newFlagSet("explain", "KEY --path PATH [--method GET] [--gateway URL | --rules-url URL] [flags]", stderr,
+	fs, o := newAdminFlagSet("explain", "KEY --path PATH [--method GET] [--gateway URL | --rules-url URL] [flags]", stderr,
 		"Explains why the API key KEY is limited on a request: its plan and org, every",
 		"rule that matches with its scope and source (an override's reason and expiry),",
 		"the region share, the tightest limit, the key's buckets now, and the last",
 		"refusal the gateways reported (from the rules service only).",
 		"Asks the rules service (--rules-url, with a read token), or with --gateway a",
 		"running gateway's metrics address (--metrics-listen), which needs no token.",
-		adminAbout,
 	)
 	fs.StringVar(&gatewayURL, "gateway", "", "`URL` of a running gateway's metrics address, such as http://127.0.0.1:9090, asked instead of the rules service")
 	fs.StringVar(&method, "method", "GET", "the request's `method`")
 	fs.StringVar(&path, "path", "", "the request's `path`, such as /v1/search (required)")
 	fs.StringVar(&region, "region", "", "the `region` whose shares to show, read by the rules service from its --balancer-url (a gateway shows its own)")
 	fs.BoolVar(&asJSON, "json", false, "print the answer as JSON")
-	addAdminFlags(fs, &o)
 	pos, err := parseArgs(fs, args, "KEY")
 	if err != nil {
 		return err
@@ -80,10 +78,7 @@ func printExplanation(w io.Writer, e *admin.Explanation) {
 			who += ", org " + e.Org
 		}
 	}
-	ep := e.Endpoint
-	if ep == "" {
-		ep = "no endpoint"
-	}
+	ep := cmp.Or(e.Endpoint, "no endpoint")
 	fmt.Fprintf(w, "key %s (%s): %s\n%s %s: %s, cost %d; rules version %d\n", e.Key, e.KeyHash, who, e.Method, e.Path, ep, e.Cost, e.RulesVersion)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tRATE\tBURST\tRULE\tSCOPE\tSTATUS\tSHARE\tLEFT\tFULL IN")

@@ -25,15 +25,13 @@ func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runOverrideSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o adminOptions
 	var lim rules.Limit
 	var rate, per, burst, forDur, until, reason, failMode, algorithm string
-	fs := newFlagSet("override set", "KEY --rate N --per DURATION (--for DURATION | --until TIME) --reason TEXT [flags]", stderr,
+	fs, o := newAdminFlagSet("override set", "KEY --rate N --per DURATION (--for DURATION | --until TIME) --reason TEXT [flags]", stderr,
 		"Sets the emergency override of the API key KEY: one limit that replaces every",
 		"other limit of the key, on every gateway at once (no canary), until it expires.",
 		"It replaces any override the key has. Every override says why and when it ends,",
 		"at most the service's --max-override (7 days by default) from now.",
-		adminAbout,
 	)
 	fs.StringVar(&rate, "rate", "", "tokens per --per (a number, such as 5 or 0.5)")
 	fs.StringVar(&per, "per", "", "the `duration` --rate counts over: 90ms, 1s, 1m, 1h, 1d")
@@ -44,7 +42,6 @@ func runOverrideSet(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&until, "until", "", "when the override ends (RFC 3339 `time`, such as 2026-12-10T18:00:00Z)")
 	fs.StringVar(&reason, "reason", "", "why the key is overridden (required; goes to the audit log)")
 	fs.StringVar(&failMode, "fail-mode", "", "open (default) or closed: what the limit does while Redis is down")
-	addAdminFlags(fs, &o)
 	pos, err := parseArgs(fs, args, "KEY")
 	if err != nil {
 		return err
@@ -96,12 +93,9 @@ func runOverrideSet(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func runOverrideList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o adminOptions
-	fs := newFlagSet("override list", "[flags]", stderr,
+	fs, o := newAdminFlagSet("override list", "[flags]", stderr,
 		"Lists the emergency overrides: the key, its limits, when it ends and why.",
-		adminAbout,
 	)
-	addAdminFlags(fs, &o)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -131,12 +125,9 @@ func runOverrideList(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 func runOverrideEnd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o adminOptions
-	fs := newFlagSet("override end", "KEY [flags]", stderr,
+	fs, o := newAdminFlagSet("override end", "KEY [flags]", stderr,
 		"Ends the emergency override of the API key KEY, on every gateway at once.",
-		adminAbout,
 	)
-	addAdminFlags(fs, &o)
 	pos, err := parseArgs(fs, args, "KEY")
 	if err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/guard"
@@ -101,18 +100,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // addRelayFlag registers the gateway's --relay on fs, into r.
 func addRelayFlag(fs *flag.FlagSet, r *pipeline.Relay) {
 	fs.Func("relay", "base `URL`s of this data centre's lease relays, comma-separated (sluice relay): busy keys lease through them instead of Redis, "+
-		"and from Redis directly while none answers; needs --redis, and the relays' token in $"+envRelayToken, func(s string) error {
-		r.URLs = nil
-		for u := range strings.SplitSeq(s, ",") {
-			if u = strings.TrimSpace(u); u != "" {
-				r.URLs = append(r.URLs, u)
-			}
-		}
-		if len(r.URLs) == 0 {
-			return fmt.Errorf("no URL in %q", s)
-		}
-		return nil
-	})
+		"and from Redis directly while none answers; needs --redis, and the relays' token in $"+envRelayToken, urlsFlag(&r.URLs))
 	fs.DurationVar(&r.Timeout, "relay-timeout", 0, "with --relay: how long a relay may take to answer before its takes go to the next relay, or to Redis directly; 0 means 50ms "+
 		"(a take it granted meanwhile is lost: under the limit, never over)")
 }

@@ -23,13 +23,10 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runRolloutStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o adminOptions
-	fs := newFlagSet("rollout status", "[flags]", stderr,
+	fs, o := newAdminFlagSet("rollout status", "[flags]", stderr,
 		"Shows the stable version every gateway outside a canary runs, the running canary",
 		"with each side's reported requests and refusal rate, and the newest rollouts.",
-		adminAbout,
 	)
-	addAdminFlags(fs, &o)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -76,15 +73,13 @@ func runRolloutStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 // runRolloutDecide returns sluice rollout promote or halt.
 func runRolloutDecide(how string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		var o adminOptions
 		var reason string
 		about := "Promotes the running canary: every gateway takes its version now."
 		if how == "halt" {
 			about = "Halts the running canary: its gateways go back to the stable version."
 		}
-		fs := newFlagSet("rollout "+how, "--reason TEXT [flags]", stderr, about, adminAbout)
+		fs, o := newAdminFlagSet("rollout "+how, "--reason TEXT [flags]", stderr, about)
 		fs.StringVar(&reason, "reason", "", "why, for the audit log (required)")
-		addAdminFlags(fs, &o)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}

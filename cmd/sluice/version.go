@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -41,20 +42,14 @@ func buildVersion() buildInfo {
 		for _, s := range info.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				if bi.Revision == "" {
-					bi.Revision = s.Value
-				}
+				bi.Revision = cmp.Or(bi.Revision, s.Value)
 			case "vcs.modified":
 				bi.Modified = revision == "" && s.Value == "true"
 			}
 		}
 	}
-	if bi.Version == "" {
-		bi.Version = "devel"
-	}
-	if bi.Revision == "" {
-		bi.Revision = "unknown"
-	}
+	bi.Version = cmp.Or(bi.Version, "devel")
+	bi.Revision = cmp.Or(bi.Revision, "unknown")
 	return bi
 }
 

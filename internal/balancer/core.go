@@ -181,30 +181,14 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 	case cfg.MaxStateBytes < 0:
 		return nil, fmt.Errorf("balancer: MaxStateBytes %d is negative", cfg.MaxStateBytes)
 	}
-	if cfg.MaxSkew == 0 {
-		cfg.MaxSkew = 30 * time.Second
-	}
-	if cfg.MaxGatewayRate == 0 {
-		cfg.MaxGatewayRate = DefaultMaxGatewayRate
-	}
-	if cfg.MaxStateBytes == 0 {
-		cfg.MaxStateBytes = DefaultMaxStateBytes
-	}
-	if cfg.MaxGateways == 0 {
-		cfg.MaxGateways = 1024
-	}
-	if cfg.MinShare == 0 {
-		cfg.MinShare = 50_000
-	}
-	if cfg.DownAfter == 0 {
-		cfg.DownAfter = 30 * time.Second
-	}
-	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = 10000
-	}
-	if cfg.Hysteresis == 0 {
-		cfg.Hysteresis = 10_000
-	}
+	cfg.MaxSkew = cmp.Or(cfg.MaxSkew, 30*time.Second)
+	cfg.MaxGatewayRate = cmp.Or(cfg.MaxGatewayRate, DefaultMaxGatewayRate)
+	cfg.MaxStateBytes = cmp.Or(cfg.MaxStateBytes, DefaultMaxStateBytes)
+	cfg.MaxGateways = cmp.Or(cfg.MaxGateways, 1024)
+	cfg.MinShare = cmp.Or(cfg.MinShare, 50_000)
+	cfg.DownAfter = cmp.Or(cfg.DownAfter, 30*time.Second)
+	cfg.MaxKeys = cmp.Or(cfg.MaxKeys, 10000)
+	cfg.Hysteresis = cmp.Or(cfg.Hysteresis, 10_000)
 	return &Core{cfg: cfg, index: index, gateways: map[string]*gateway{}, perRegion: make([]int, len(cfg.Regions))}, nil
 }
 

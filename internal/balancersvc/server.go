@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
+	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/share"
 )
 
@@ -153,15 +153,9 @@ type published struct {
 
 // New returns a Server for cfg.
 func New(cfg Config) (*Server, error) {
-	if cfg.Interval == 0 {
-		cfg.Interval = 10 * time.Second
-	}
-	if cfg.DownAfter == 0 {
-		cfg.DownAfter = 3 * cfg.Interval
-	}
-	if cfg.MaxWait == 0 {
-		cfg.MaxWait = 30 * time.Second
-	}
+	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Second)
+	cfg.DownAfter = cmp.Or(cfg.DownAfter, 3*cfg.Interval)
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, 30*time.Second)
 	if cfg.Interval < 0 || cfg.MaxWait < 0 {
 		return nil, fmt.Errorf("balancer: interval %v and max wait %v must be positive", cfg.Interval, cfg.MaxWait)
 	}
@@ -173,9 +167,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Primary != "" {
-		u, err := url.Parse(cfg.Primary)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("balancer: primary %q: want an http or https URL with a host", cfg.Primary)
+		if _, err := longpoll.ParseURL(cfg.Primary); err != nil {
+			return nil, fmt.Errorf("balancer: primary %w", err)
 		}
 		cfg.Primary = strings.TrimSuffix(cfg.Primary, "/")
 	}
@@ -186,12 +179,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: cfg.Interval}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.HTTPClient = cmp.Or(cfg.HTTPClient, &http.Client{Timeout: cfg.Interval})
 	s := &Server{cfg: cfg, log: cfg.Logger, core: core, changed: make(chan struct{}), stopped: make(chan struct{}),
 		lastLogged: map[string]time.Time{}}
 	if cfg.Token != "" {

@@ -6,6 +6,7 @@
 package capacity
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -136,9 +137,7 @@ func Compute(in Inputs) (Plan, error) {
 	in.ScriptsPerShard = orDefault(in.ScriptsPerShard, 50_000)
 	in.ActiveKeys = orDefault(in.ActiveKeys, 1_000_000)
 	in.RulesPerKey = orDefault(in.RulesPerKey, 2)
-	if in.Algorithm == "" {
-		in.Algorithm = limit.TokenBucket
-	}
+	in.Algorithm = cmp.Or(in.Algorithm, limit.TokenBucket)
 	if !in.Algorithm.Known() {
 		return Plan{}, fmt.Errorf("capacity: algorithm %q: want one of %v", in.Algorithm, limit.Algorithms)
 	}

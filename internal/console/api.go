@@ -2,12 +2,9 @@ package console
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/sluice-rl/sluice/admin"
 )
@@ -57,29 +54,6 @@ func (r *recorder) WriteHeader(status int) {
 func (r *recorder) Write(b []byte) (int, error) {
 	r.WriteHeader(http.StatusOK)
 	return r.body.Write(b)
-}
-
-// get calls GET Prefix+path as s and decodes the answer into out: for the
-// endpoints admin.Client has no method for.
-func (a *apiClient) get(r *http.Request, s *session, path string, out any) error {
-	req, err := http.NewRequestWithContext(r.Context(), "GET", base+admin.Prefix+path, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.secret)
-	resp, _ := a.RoundTrip(req)
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		e := &admin.Error{Status: resp.StatusCode}
-		if json.Unmarshal(raw, e) != nil || e.Message == "" {
-			e.Message = strings.TrimSpace(string(raw))
-		}
-		return e
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("decode answer to GET %s: %w", path, err)
-	}
-	return nil
 }
 
 // fail renders err as the error page, with the status the API answered

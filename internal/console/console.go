@@ -22,6 +22,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"html/template"
 	"io/fs"
@@ -98,9 +99,7 @@ func New(cfg Config) *Console {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	c := &Console{cfg: cfg, pages: parsePages(), sessions: newSessions(cfg.MaxSessions, cfg.SessionTTL, cfg.Now),
 		api: &apiClient{h: cfg.API}}
 	c.routes()

@@ -72,17 +72,15 @@ type rulesView struct {
 
 func (c *Console) rulesPage(w http.ResponseWriter, r *http.Request, s *session) {
 	cl := c.api.client(s)
+	var audit []admin.AuditEntry
+	var st admin.RolloutStatus
 	rs, err := cl.Rules(r.Context())
-	if err != nil {
-		c.fail(w, r, s, "", err)
-		return
+	if err == nil {
+		audit, err = cl.Audit(r.Context(), 100, 0)
 	}
-	audit, err := cl.Audit(r.Context(), 100, 0)
-	if err != nil {
-		c.fail(w, r, s, "", err)
-		return
+	if err == nil {
+		st, err = cl.Rollout(r.Context())
 	}
-	st, err := cl.Rollout(r.Context())
 	if err != nil {
 		c.fail(w, r, s, "", err)
 		return
@@ -238,14 +236,12 @@ func (c *Console) shadowPage(w http.ResponseWriter, r *http.Request, s *session)
 	v := shadowView{Windows: shadowWindows}
 	at := map[int64]int{}
 	for i, win := range shadowWindows {
-		var out struct {
-			Rules []admin.ShadowRule `json:"rules"`
-		}
-		if err := c.api.get(r, s, "/shadow?since="+win.Since, &out); err != nil {
+		srs, err := c.api.client(s).Shadow(r.Context(), win.Since)
+		if err != nil {
 			c.fail(w, r, s, "", err)
 			return
 		}
-		for _, sr := range out.Rules {
+		for _, sr := range srs {
 			j, ok := at[sr.Rule]
 			if !ok {
 				j = len(v.Rules)
@@ -296,12 +292,11 @@ type overridesView struct {
 
 func (c *Console) overridesPage(w http.ResponseWriter, r *http.Request, s *session) {
 	cl := c.api.client(s)
+	var fleet admin.Fleet
 	os, err := cl.Overrides(r.Context())
-	if err != nil {
-		c.fail(w, r, s, "", err)
-		return
+	if err == nil {
+		fleet, err = cl.Fleet(r.Context())
 	}
-	fleet, err := cl.Fleet(r.Context())
 	if err != nil {
 		c.fail(w, r, s, "", err)
 		return
@@ -417,12 +412,11 @@ type fleetView struct {
 
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request, s *session) {
 	cl := c.api.client(s)
+	var st admin.RolloutStatus
 	f, err := cl.Fleet(r.Context())
-	if err != nil {
-		c.fail(w, r, s, "", err)
-		return
+	if err == nil {
+		st, err = cl.Rollout(r.Context())
 	}
-	st, err := cl.Rollout(r.Context())
 	if err != nil {
 		c.fail(w, r, s, "", err)
 		return

@@ -25,9 +25,14 @@ import (
 	"time"
 )
 
-// mainPackage is what Binary builds. A module path, not a directory, so
-// that a test in any package of the module can build it.
-const mainPackage = "github.com/sluice-rl/sluice/cmd/sluice"
+// module and mainPackage are what Binary builds, in the module's own
+// directory (as go list finds it), so that a test in any package of the
+// module, or of a module that replaces it with its directory (such as
+// test/browser), can build it.
+const (
+	module      = "github.com/sluice-rl/sluice"
+	mainPackage = "./cmd/sluice"
+)
 
 // Timeouts for loaded test machines: a process that starts in milliseconds
 // may take seconds when every package's tests run at once.
@@ -73,10 +78,16 @@ func (b *Binary) build() {
 		return
 	}
 	path := filepath.Join(dir, "sluice")
-	out, err := exec.Command("go", "build", "-o", path, mainPackage).CombinedOutput()
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	build := exec.Command("go", "build", "-o", path, mainPackage)
+	build.Dir = strings.TrimSpace(string(root))
+	var out []byte
+	if err == nil {
+		out, err = build.CombinedOutput()
+	}
 	if err != nil {
 		os.RemoveAll(dir)
-		b.err = fmt.Errorf("proctest: go build %s: %w\n%s", mainPackage, err, out)
+		b.err = fmt.Errorf("proctest: go build %s in %s: %w\n%s", mainPackage, module, err, out)
 		return
 	}
 	b.dir, b.path = dir, path

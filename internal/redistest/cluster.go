@@ -332,24 +332,22 @@ func (c *Cluster) WaitFailover(ctx context.Context, n *Server) (*Server, error) 
 	if len(slots) == 0 {
 		return nil, nil
 	}
-	var last error
-	for {
-		owner, err := c.agreedOwner(ctx, slots[0])
-		if err == nil && owner != n {
-			if err = c.WaitHealthy(ctx); err == nil {
-				return owner, nil
-			}
+	var owner *Server
+	err := retry(ctx, 50*time.Millisecond, func() error {
+		var err error
+		owner, err = c.agreedOwner(ctx, slots[0])
+		switch {
+		case err != nil:
+			return err
+		case owner == n:
+			return fmt.Errorf("slot %d still served by %s", slots[0], n.Addr())
 		}
-		if err == nil {
-			err = fmt.Errorf("slot %d still served by %s", slots[0], n.Addr())
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("redistest: wait failover of %s: %w (last: %v)", n.Addr(), ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
+		return c.WaitHealthy(ctx)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redistest: wait failover of %s: %w", n.Addr(), err)
 	}
+	return owner, nil
 }
 
 // agreedOwner returns the node every running node says serves slot.
@@ -384,17 +382,10 @@ func (c *Cluster) agreedOwner(ctx context.Context, slot int) (*Server, error) {
 // all 16384 slots served and knows every other node, and every running
 // replica's link to its primary is up.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
-	var last error
-	for {
-		if last = c.healthy(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: cluster not healthy: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := retry(ctx, 20*time.Millisecond, func() error { return c.healthy(ctx) }); err != nil {
+		return fmt.Errorf("redistest: cluster not healthy: %w", err)
 	}
+	return nil
 }
 
 func (c *Cluster) healthy(ctx context.Context) error {

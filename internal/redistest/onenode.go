@@ -3,7 +3,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -13,30 +12,21 @@ import (
 // as the address they asked.
 func OneNodeCluster(t TB) *Server {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "redistest-onenode-")
-	if err != nil {
-		t.Fatalf("redistest: make server directory: %v", err)
-	}
-	s, err := startOnFreePort(dir, true, nil)
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(func() { s.Kill(); os.RemoveAll(dir) })
+	s := startFor(t, func(dir string) (*Server, error) { return startOnFreePort(dir, true, nil) })
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	if _, err := s.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
 		t.Fatalf("redistest: one-node cluster: CLUSTER ADDSLOTSRANGE: %v", err)
 	}
-	for {
+	err := retry(ctx, 20*time.Millisecond, func() error {
 		info, err := s.Do(ctx, "CLUSTER", "INFO")
-		if err == nil && infoField(info, "cluster_state") == "ok" {
-			return s
+		if err == nil && infoField(info, "cluster_state") != "ok" {
+			err = fmt.Errorf("cluster_state %q", infoField(info, "cluster_state"))
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("redistest: one-node cluster %s not ready: %v", s.Addr(), fmt.Errorf("%w (last: %v)", ctx.Err(), err))
-		case <-time.After(20 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("redistest: one-node cluster %s not ready: %v", s.Addr(), err)
 	}
+	return s
 }

@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,27 +102,31 @@ func (d *Sentinels) PrimaryAddr(ctx context.Context) (string, error) {
 // WaitPrimary waits until a majority of the Sentinels name a primary other
 // than old and that server answers as a primary, and returns its address.
 func (d *Sentinels) WaitPrimary(ctx context.Context, old string) (string, error) {
-	for {
-		addr, err := d.PrimaryAddr(ctx)
-		if err == nil && addr != old {
-			role, err := do(ctx, addr, "ROLE")
-			if a, ok := role.([]any); err == nil && ok && len(a) > 0 && a[0] == "master" {
-				return addr, nil
-			}
+	var addr string
+	err := retry(ctx, 50*time.Millisecond, func() error {
+		var err error
+		if addr, err = d.PrimaryAddr(ctx); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("no new primary in place of %s: %w (last: %v)", old, ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
+		if addr == old {
+			return fmt.Errorf("the Sentinels still name %s", old)
 		}
+		role, err := do(ctx, addr, "ROLE")
+		if a, ok := role.([]any); err == nil && (!ok || len(a) == 0 || a[0] != "master") {
+			err = fmt.Errorf("%s answers ROLE %v", addr, role)
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("no new primary in place of %s: %w", old, err)
 	}
+	return addr, nil
 }
 
 // waitKnown waits until every Sentinel knows the primary's replicas and
 // others other Sentinels.
 func (d *Sentinels) waitKnown(ctx context.Context, replicas, others int) error {
-	for {
-		var last error
+	return retry(ctx, 100*time.Millisecond, func() error {
 		for _, w := range d.Watchers {
 			v, err := w.Do(ctx, "SENTINEL", "MASTER", MasterSet)
 			f, _ := v.([]any)
@@ -132,20 +135,12 @@ func (d *Sentinels) waitKnown(ctx context.Context, replicas, others int) error {
 				fields[fmt.Sprint(f[i])] = fmt.Sprint(f[i+1])
 			}
 			if err != nil || fields["num-slaves"] != strconv.Itoa(replicas) || fields["num-other-sentinels"] != strconv.Itoa(others) {
-				last = fmt.Errorf("Sentinel %s knows %s replicas and %s other Sentinels, want %d and %d (error %v)",
+				return fmt.Errorf("Sentinel %s knows %s replicas and %s other Sentinels, want %d and %d (error %v)",
 					w.addr, fields["num-slaves"], fields["num-other-sentinels"], replicas, others, err)
-				break
 			}
 		}
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %v", ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 // startSentinel starts a Sentinel in dir watching the primary at primary
@@ -153,12 +148,7 @@ func (d *Sentinels) waitKnown(ctx context.Context, replicas, others int) error {
 // configuration file, so it gets one of its own.
 func startSentinel(dir, primary string, quorum int) (*Server, error) {
 	host, port, _ := strings.Cut(primary, ":")
-	var last error
-	for range 8 {
-		p, err := freePort(false)
-		if err != nil {
-			return nil, err
-		}
+	return onFreePort(8, false, func(p int) (*Server, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("make Sentinel directory: %w", err)
 		}
@@ -173,14 +163,8 @@ func startSentinel(dir, primary string, quorum int) (*Server, error) {
 		s := &Server{addr: "127.0.0.1:" + strconv.Itoa(p), port: p, dir: dir, args: []string{conf, "--sentinel",
 			"--port", strconv.Itoa(p), "--bind", "127.0.0.1", "--dir", dir,
 			"--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no"}}
-		if last = s.start(); last == nil {
-			return s, nil
-		}
-		if !errors.Is(last, errPortTaken) {
-			return nil, last
-		}
-	}
-	return nil, last
+		return s, s.start()
+	})
 }
 
 // kill kills every process of the deployment.

@@ -52,51 +52,91 @@ func Standalone(t TB) *Server {
 // pause the server with DEBUG SLEEP.
 func StandaloneWith(t TB, args ...string) *Server {
 	t.Helper()
-	dir := t.TempDir()
-	s, err := startOnFreePort(dir, false, args)
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(s.Kill)
-	return s
+	return startFor(t, func(dir string) (*Server, error) { return startOnFreePort(dir, false, args) })
 }
 
 // NewStandalone starts a standalone redis-server without a testing.TB, for
 // TestMain. The caller must call stop, which kills the server and removes
 // its directory.
 func NewStandalone() (s *Server, stop func(), err error) {
+	return startTemp(func(dir string) (*Server, error) { return startOnFreePort(dir, false, nil) })
+}
+
+// startTemp starts a server with start in a new temporary directory; stop
+// kills it and removes the directory.
+func startTemp(start func(dir string) (*Server, error)) (s *Server, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("make server directory: %w", err)
 	}
-	s, err = startOnFreePort(dir, false, nil)
-	if err != nil {
+	if s, err = start(dir); err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	return s, func() { s.Kill(); os.RemoveAll(dir) }, nil
 }
 
+// startFor is startTemp for a test: it fails the test if the server does
+// not start, and stops it when the test ends.
+func startFor(t TB, start func(dir string) (*Server, error)) *Server {
+	t.Helper()
+	s, stop, err := startTemp(start)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(stop)
+	return s
+}
+
+// retry calls f every interval until it returns nil, and returns nil; or
+// until ctx is done, and returns ctx's error with f's last.
+func retry(ctx context.Context, every time.Duration, f func() error) error {
+	for {
+		last := f()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(every):
+		}
+	}
+}
+
 // startOnFreePort starts a server in dir, retrying on another port when the
 // chosen one was taken between the check and redis-server's bind (other
 // test binaries run alongside and pick ports too).
 func startOnFreePort(dir string, cluster bool, extra []string) (*Server, error) {
+	return onFreePort(8, cluster, func(port int) (*Server, error) {
+		s := newServer(dir, port, cluster, extra)
+		err := s.start()
+		if errors.Is(err, errPortTaken) {
+			// A node that could not bind must not hand its half-made
+			// identity to the next attempt.
+			os.Remove(filepath.Join(dir, "nodes.conf"))
+		}
+		return s, err
+	})
+}
+
+// onFreePort calls start with a free port (see freePort), and again with
+// another, tries times in all, while start finds its port taken.
+func onFreePort(tries int, cluster bool, start func(port int) (*Server, error)) (*Server, error) {
 	var last error
-	for range 8 {
+	for range tries {
 		port, err := freePort(cluster)
 		if err != nil {
 			return nil, err
 		}
-		s := newServer(dir, port, cluster, extra)
-		if last = s.start(); last == nil {
+		s, err := start(port)
+		if err == nil {
 			return s, nil
 		}
-		if !errors.Is(last, errPortTaken) {
-			return nil, last
+		if !errors.Is(err, errPortTaken) {
+			return nil, err
 		}
-		// A node that could not bind must not hand its half-made identity
-		// to the next attempt.
-		os.Remove(filepath.Join(dir, "nodes.conf"))
+		last = err
 	}
 	return nil, last
 }

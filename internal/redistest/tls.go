@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 )
@@ -55,17 +54,7 @@ func (s *Server) TLSAddr() string {
 // StandaloneTLS is Standalone with a TLS port set up by tls.
 func StandaloneTLS(t TB, tls TLS) *Server {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "redistest-tls-")
-	if err != nil {
-		t.Fatalf("redistest: make server directory: %v", err)
-	}
-	s, err := startTLSOnFreePort(dir, false, tls)
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(func() { s.Kill(); os.RemoveAll(dir) })
-	return s
+	return startFor(t, func(dir string) (*Server, error) { return startTLSOnFreePort(dir, false, tls) })
 }
 
 // StartClusterTLS is StartCluster with a TLS port on every node, set up by
@@ -98,20 +87,11 @@ func startTLSOnFreePort(dir string, cluster bool, tls TLS) (*Server, error) {
 	if tls.Certs.ServerCert == "" {
 		return nil, errors.New("TLS server without certificates: make them with NewCerts")
 	}
-	var last error
-	for range 4 {
-		port, err := freePort(false)
-		if err != nil {
-			return nil, err
-		}
-		s, err := startOnFreePort(dir, cluster, tls.args(port, cluster))
-		if err == nil {
-			return s, nil
-		}
-		if !errors.Is(err, errPortTaken) {
-			return nil, err
-		}
-		last = err
+	s, err := onFreePort(4, false, func(port int) (*Server, error) {
+		return startOnFreePort(dir, cluster, tls.args(port, cluster))
+	})
+	if errors.Is(err, errPortTaken) {
+		return nil, fmt.Errorf("TLS port: %w", err)
 	}
-	return nil, fmt.Errorf("TLS port: %w", last)
+	return s, err
 }

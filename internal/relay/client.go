@@ -119,12 +119,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		c.relays = append(c.relays, &relayConn{url: p.JoinPath(LeasePath).String()})
 	}
 	c.prefer = (cfg.Prefer%len(c.relays) + len(c.relays)) % len(c.relays)
-	if c.http == nil {
-		c.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cmp.Or(cfg.Conns, 8), IdleConnTimeout: time.Minute}}
-	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
+	c.http = cmp.Or(c.http, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cmp.Or(cfg.Conns, 8), IdleConnTimeout: time.Minute}})
+	c.log = cmp.Or(c.log, slog.New(slog.DiscardHandler))
 	var err error
 	if c.m, err = newClientMetrics(cfg.Registerer); err != nil {
 		return nil, err

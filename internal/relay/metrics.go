@@ -2,6 +2,7 @@ package relay
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -53,8 +54,17 @@ func newServerMetrics(reg prometheus.Registerer, held func() (int, int64)) (*ser
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
 		}
 	}
+	// Every status the relay answers exists from the start, at zero, so
+	// that rate() over the refusals has data on a healthy relay.
+	for _, code := range answered {
+		m.requests.WithLabelValues(strconv.Itoa(code))
+	}
 	return m, nil
 }
+
+// answered are the HTTP statuses the relay answers with.
+var answered = []int{http.StatusOK, http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound,
+	http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge}
 
 func (m *serverMetrics) done(code int) {
 	if m != nil {

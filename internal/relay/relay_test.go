@@ -284,24 +284,12 @@ func manyTakes(n int) string {
 	return s + "]}"
 }
 
-// counterValue returns the counter name{label=value} gathered from reg.
+// counterValue returns the counter name{label=value} gathered from reg,
+// zero if it is not there.
 func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if hasLabel(m, label, value) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	v, _ := series(t, reg, name, label, value)
+	return v
 }
 
 func hasLabel(m *dto.Metric, name, value string) bool {

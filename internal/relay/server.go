@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -69,12 +70,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{store: cfg.Store, open: cfg.Token == "", timeout: cfg.Timeout, log: cfg.Logger}
 	s.sum = sha256.Sum256([]byte(cfg.Token))
-	if s.timeout == 0 {
-		s.timeout = time.Second
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s.timeout = cmp.Or(s.timeout, time.Second)
+	s.log = cmp.Or(s.log, slog.New(slog.DiscardHandler))
 	var err error
 	if s.m, err = newServerMetrics(cfg.Registerer, cfg.Held); err != nil {
 		return nil, err

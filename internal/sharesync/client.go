@@ -5,6 +5,7 @@
 package sharesync
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,23 +93,11 @@ func New(cfg Config) (*Client, error) {
 		}
 		c.urls = append(c.urls, u)
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.cfg.Interval, 10*time.Second)
-	def(&c.cfg.Wait, 25*time.Second)
-	if c.cfg.Top == 0 {
-		c.cfg.Top = 100
-	}
-	if c.cfg.HTTPClient == nil {
-		c.cfg.HTTPClient = &http.Client{}
-	}
-	c.log = cfg.Logger
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
+	c.cfg.Interval = cmp.Or(c.cfg.Interval, 10*time.Second)
+	c.cfg.Wait = cmp.Or(c.cfg.Wait, 25*time.Second)
+	c.cfg.Top = cmp.Or(c.cfg.Top, 100)
+	c.cfg.HTTPClient = cmp.Or(c.cfg.HTTPClient, &http.Client{})
+	c.log = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return c, nil
 }
 

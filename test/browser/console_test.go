@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/internal/pgtest"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -33,17 +34,16 @@ const (
 // fleet is a rules service on a fresh PostgreSQL schema and two gateways,
 // real sluice processes, with traffic that the test starts and stops.
 type fleet struct {
-	rules    *Process
-	gateways []*Process
+	rules    *proctest.Process
+	gateways []*proctest.Process
 	write    *admin.Client
 }
 
 func startFleet(t *testing.T) *fleet {
 	t.Helper()
-	bin := BuildSluice(t)
 	schema := pgtest.Schema(t, "sluice_console_e2e_")
 	f := &fleet{}
-	f.rules = StartSluice(t, bin, []string{"SLUICE_READ_TOKEN=" + consoleRead, "SLUICE_WRITE_TOKEN=" + consoleWrite,
+	f.rules = sluice.StartEnv(t, []string{"SLUICE_READ_TOKEN=" + consoleRead, "SLUICE_WRITE_TOKEN=" + consoleWrite,
 		"SLUICE_GATEWAY_TOKEN=" + consoleGateway},
 		"rules", "--postgres", pgtest.DSN(), "--schema", schema, "--listen", "127.0.0.1:0",
 		// Two gateways: one canary, one rest; a bad rule is caught by
@@ -68,7 +68,7 @@ func startFleet(t *testing.T) *fleet {
 	}
 	for i, region := range []string{"eu", "us"} {
 		id := fmt.Sprintf("gw-%s-%d", region, i+1)
-		f.gateways = append(f.gateways, StartSluice(t, bin, []string{"SLUICE_GATEWAY_TOKEN=" + consoleGateway},
+		f.gateways = append(f.gateways, sluice.StartEnv(t, []string{"SLUICE_GATEWAY_TOKEN=" + consoleGateway},
 			"gateway", "--rules-url", f.rules.URL, "--gateway-id", id, "--region", region,
 			"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"))
 	}
@@ -103,7 +103,7 @@ func (f *fleet) traffic(t *testing.T, key string) (stop func()) {
 }
 
 // metricsVersion reads sluice_rules_snapshot_version from a gateway.
-func metricsVersion(g *Process) int64 {
+func metricsVersion(g *proctest.Process) int64 {
 	resp, err := http.Get(g.MetricsURL + "/metrics")
 	if err != nil {
 		return 0

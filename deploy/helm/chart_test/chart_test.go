@@ -160,7 +160,7 @@ func decode(t *testing.T, manifest string) rendered {
 }
 
 // secretVars are the variables sluice reads that are not flags.
-var secretVars = []string{"SLUICE_REDIS_PASSWORD", "SLUICE_READ_TOKEN", "SLUICE_WRITE_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_BALANCER_TOKEN"}
+var secretVars = []string{"SLUICE_REDIS_PASSWORD", "SLUICE_READ_TOKEN", "SLUICE_WRITE_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_BALANCER_TOKEN", "SLUICE_RELAY_TOKEN"}
 
 // sluiceBin is sluice built out of the main module by TestMain, so that
 // the chart can be checked against the real flags and endpoints.
@@ -411,6 +411,33 @@ func TestRender(t *testing.T) {
 					t.Errorf("config maps %+v, want one holding the rules", r.configMaps)
 				}
 			}},
+		{"relay", map[string]any{"redis": map[string]any{"addrs": "redis-0.redis:6379"}, "secrets": map[string]any{"relayToken": token},
+			"relay":   map[string]any{"enabled": true, "relays": 6},
+			"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}},
+			func(t *testing.T, r rendered) {
+				want := []string{"prod-sluice-gateway", "prod-sluice-relay"}
+				if got := deploymentNames(r); !slices.Equal(got, want) {
+					t.Errorf("deployments %q, want %q", got, want)
+				}
+				gw, rl := env(find(r, "prod-sluice-gateway")), env(find(r, "prod-sluice-relay"))
+				if got := gw["SLUICE_RELAY"].Value; got != "http://prod-sluice-relay:8090" {
+					t.Errorf("gateway: SLUICE_RELAY %q, want the relays' Service", got)
+				}
+				for who, e := range map[string]map[string]corev1.EnvVar{"gateway": gw, "relay": rl} {
+					if ref := e["SLUICE_RELAY_TOKEN"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Key != "relay-token" {
+						t.Errorf("%s: the relay token is not read from the Secret: %+v", who, e["SLUICE_RELAY_TOKEN"])
+					}
+				}
+				if rl["SLUICE_RELAYS"].Value != "6" || rl["SLUICE_REDIS"].Value != "redis-0.redis:6379" {
+					t.Errorf("relay: SLUICE_RELAYS %q and SLUICE_REDIS %q, want 6 and the Redis seeds", rl["SLUICE_RELAYS"].Value, rl["SLUICE_REDIS"].Value)
+				}
+				if got := names(r.serviceMonitors, func(m serviceMonitor) string { return m.Metadata.Name }); !slices.Contains(got, "prod-sluice-relay") {
+					t.Errorf("ServiceMonitors %q, want one for the relays", got)
+				}
+				if len(r.secrets) != 1 || r.secrets[0].StringData["relay-token"] != token {
+					t.Errorf("secrets %+v, want the relay token in the chart's Secret", r.secrets)
+				}
+			}},
 		{"existing secret", map[string]any{"secrets": map[string]any{"existingSecret": "mine"}, "rules": map[string]any{"enabled": true}},
 			func(t *testing.T, r rendered) {
 				if len(r.secrets) != 0 {
@@ -446,6 +473,8 @@ func TestRenderRefuses(t *testing.T) {
 		{"rules without a database", map[string]any{"rules": map[string]any{"enabled": true}}, "needs secrets.postgres"},
 		{"rules without a gateway token", map[string]any{"rules": map[string]any{"enabled": true}, "secrets": map[string]any{"postgres": "postgres://x"}}, "needs secrets.gatewayToken"},
 		{"balancer without regions", map[string]any{"balancer": map[string]any{"enabled": true}}, "needs balancer.regions"},
+		{"relay without Redis", map[string]any{"relay": map[string]any{"enabled": true}, "secrets": map[string]any{"relayToken": token}}, "needs redis.addrs"},
+		{"relay without a token", map[string]any{"relay": map[string]any{"enabled": true}, "redis": map[string]any{"addrs": "redis:6379"}}, "needs secrets.relayToken"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := render(t, c, tt.values)
