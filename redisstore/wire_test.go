@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -137,4 +139,33 @@ func sluiceClients(t *testing.T, nodes []*redistest.Server) map[string]int {
 		n[node.Addr()] = strings.Count(list, " name=sluice ")
 	}
 	return n
+}
+
+// TestWritesCounted: a take waits for its reply, so takes one after another
+// cannot share a write, and Writes counts at least one each; a store on a
+// caller's client watches no connection and counts none.
+func TestWritesCounted(t *testing.T) {
+	s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}, Prefix: "writes:"})
+	before := s.Writes()
+	const takes = 20
+	for i := range takes {
+		take(t, s, &limit.Request{Key: fmt.Sprint("k:", i), Limits: []limit.Limit{perSecond("s", 10, 10)}})
+	}
+	if got := s.Writes() - before; got < takes {
+		t.Errorf("Writes grew by %d over %d takes one after another, want at least %d", got, takes, takes)
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{standalone.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	own, err := redisstore.NewWithClient(t.Context(), client, redisstore.Config{Prefix: "writes:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	take(t, own, &limit.Request{Key: "k:own", Limits: []limit.Limit{perSecond("s", 10, 10)}})
+	if got := own.Writes(); got != 0 {
+		t.Errorf("Writes of a store on a caller's client = %d, want 0: it watches no connection", got)
+	}
 }
