@@ -168,6 +168,10 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{redis: rs, closers: []func(){rs.Close}}
+	if err := registerWrites(cfg.Registerer, rs); err != nil {
+		p.Close()
+		return nil, err
+	}
 	if cfg.Fleet.IsZero() {
 		c := startCensus(ctx, rs, log)
 		cfg.Fleet.Count, p.closers = c.fleet, append([]func(){c.close}, p.closers...)
@@ -234,4 +238,20 @@ func (p *Pipeline) Close() {
 	for _, c := range cs {
 		c()
 	}
+}
+
+// registerWrites registers sluice_redis_writes_total, the Redis client's
+// write(2) calls (redisstore.Store.Writes), with reg, if any. Over
+// sluice_lease_store_calls_total it says how many takes share a write.
+func registerWrites(reg prometheus.Registerer, rs *redisstore.Store) error {
+	if reg == nil {
+		return nil
+	}
+	c := prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "redis", Name: "writes_total",
+		Help: "Writes (write(2) calls) on the Redis client's connections: over sluice_lease_store_calls_total, how many takes share a write."},
+		func() float64 { return float64(rs.Writes()) })
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("pipeline: register metrics: %w", err)
+	}
+	return nil
 }

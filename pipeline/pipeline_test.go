@@ -409,3 +409,31 @@ func TestNodeWideErrorsAreOutages(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisWritesMetric: sluice_redis_writes_total counts the Redis
+// client's writes, at least one for each take made one after another.
+func TestRedisWritesMetric(t *testing.T) {
+	srv := redistest.Standalone(t)
+	reg := prometheus.NewRegistry()
+	p := newPipeline(t, pipeline.Config{Redis: redisstore.Config{Addrs: []string{srv.Addr()}}, Fleet: limit.Fleet{Gateways: 1}, Registerer: reg})
+	const takes = 10
+	for i := range takes {
+		req := limit.Request{Key: fmt.Sprint("k:w", i), Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Hour}}}
+		if _, err := p.Take(t.Context(), &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_redis_writes_total" {
+			got = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if got < takes {
+		t.Errorf("sluice_redis_writes_total = %v after %d takes one after another (-1: no such metric), want at least %d", got, takes, takes)
+	}
+}

@@ -39,11 +39,20 @@ func (s *Store) Stalled(node string, d time.Duration) bool {
 	return s.wires.stalled(node, d)
 }
 
+// Writes reports how many writes (each a write(2) system call) the store's
+// client has made on its connections so far, every node's together. Over
+// the takes made meanwhile it says how many takes share a write: rueidis
+// writes together the commands that wait when its writer runs, and
+// Config.FlushDelay makes it wait for more. With a caller's client
+// (NewWithClient) it is 0.
+func (s *Store) Writes() int64 { return s.wires.writes.Load() }
+
 // wires watches every connection the store's client opens, by node
 // address. It is the client's dialer (rueidis.ClientOption.DialCtxFn).
 type wires struct {
-	mu    sync.Mutex
-	nodes map[string]*nodeWires // by address; guarded by mu
+	writes atomic.Int64 // Write calls on every connection; see Store.Writes
+	mu     sync.Mutex
+	nodes  map[string]*nodeWires // by address; guarded by mu
 }
 
 // nodeWires is one node's open connections and dials in progress.
@@ -129,7 +138,7 @@ func (w *wires) dial(ctx context.Context, addr string, dialer *net.Dialer, cfg *
 	if err != nil {
 		return nil, err
 	}
-	c := &wire{Conn: raw, node: n}
+	c := &wire{Conn: raw, node: n, all: &w.writes}
 	if sc, ok := raw.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
@@ -166,9 +175,10 @@ type wire struct {
 	net.Conn
 	raw       syscall.RawConn // for the kernel's count of bytes received; nil if none
 	node      *nodeWires
-	read      atomic.Int64 // bytes read so far
-	owedSince atomic.Int64 // monotonic ns; 0 when nothing is owed
-	owedMark  atomic.Int64 // read when owedSince was set
+	all       *atomic.Int64 // the store's count of writes
+	read      atomic.Int64  // bytes read so far
+	owedSince atomic.Int64  // monotonic ns; 0 when nothing is owed
+	owedMark  atomic.Int64  // read when owedSince was set
 	closeOnce sync.Once
 }
 
@@ -178,6 +188,7 @@ func (c *wire) Write(p []byte) (int, error) {
 	// after, a writer held up past its syscall could set it once the reply
 	// had already been read, and an idle connection would owe forever.
 	c.node.writes.Add(1)
+	c.all.Add(1)
 	if len(p) > 0 {
 		mark := c.read.Load()
 		if c.owedSince.CompareAndSwap(0, monotonic()) {
