@@ -521,9 +521,13 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	msg, err := resp.ToMessage()
 	if err == nil {
 		if msg.IsString() {
-			granted = want
 			states, _ := msg.ToString()
-			sc.outs, err = parseStates(sc.outs[:0], states, req.Limits)
+			if len(req.Limits) == 1 && req.Limits[0].Alg() != limit.TokenBucket {
+				granted, sc.outs, err = parseOne(sc.outs[:0], states, cost)
+			} else {
+				granted = want
+				sc.outs, err = parseStates(sc.outs[:0], states, req.Limits)
+			}
 		} else {
 			var msgs []rueidis.RedisMessage
 			if msgs, err = msg.ToArray(); err == nil {
@@ -572,6 +576,52 @@ func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]l
 	return outs, nil
 }
 
+// oneSize is the length of the reply to a take of one limit that is not a
+// token bucket at its cost: allowed, remaining, retry and reset, four
+// little-endian float64s (lua/take.lua).
+const oneSize = 32
+
+// parseOne checks and converts the reply to a take of cost from one limit
+// that is not a token bucket (see lua/take.lua), as parseReply does the
+// array form. It returns the tokens granted: cost when allowed.
+func parseOne(outs []limit.Outcome, reply string, cost int64) (int64, []limit.Outcome, error) {
+	if len(reply) != oneSize {
+		return 0, outs, fmt.Errorf("reply of %d bytes, want %d for one limit", len(reply), oneSize)
+	}
+	var v [4]int64
+	for i := range v {
+		// The conversion stays on the stack: Uint64 does not keep its slice.
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*i : 8*i+8])))
+		v[i] = int64(f)
+		if float64(v[i]) != f || f < -1 || f >= 1<<53 {
+			return 0, outs, fmt.Errorf("reply value %d is %v, want an integer from -1 to 2^53", i, f)
+		}
+	}
+	o, err := outcome(0, v)
+	if err != nil {
+		return 0, outs, err
+	}
+	if !o.Allowed {
+		cost = 0
+	}
+	return cost, append(outs, o), nil
+}
+
+// outcome checks limit i's answer in a reply, allowed (1/0), remaining,
+// retry and reset ms, and converts it.
+func outcome(i int, v [4]int64) (limit.Outcome, error) {
+	allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
+	switch {
+	case allowed != 0 && allowed != 1:
+		return limit.Outcome{}, fmt.Errorf("limit %d: allowed is %d, want 0 or 1", i, allowed)
+	case remaining < 0 || reset < 0:
+		return limit.Outcome{}, fmt.Errorf("limit %d: remaining %d and reset %d ms must not be negative", i, remaining, reset)
+	case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
+		return limit.Outcome{}, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
+	}
+	return limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}, nil
+}
+
 // parseReply checks the reply of a take of cost to want tokens for limits
 // (see lua/take.lua) and converts it, so that limit.DecideRequest combines
 // it as it does for every store. It returns the tokens granted, which the
@@ -593,17 +643,12 @@ func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, limits []limi
 		for j := range v {
 			v[j], _ = msgs[1+4*i+j].ToInt64()
 		}
-		allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
-		switch {
-		case allowed != 0 && allowed != 1:
-			return 0, outs, fmt.Errorf("limit %d: allowed is %d, want 0 or 1", i, allowed)
-		case remaining < 0 || reset < 0:
-			return 0, outs, fmt.Errorf("limit %d: remaining %d and reset %d ms must not be negative", i, remaining, reset)
-		case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
-			return 0, outs, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
+		o, err := outcome(i, v)
+		if err != nil {
+			return 0, outs, err
 		}
-		allowedAll = allowedAll && (allowed == 1 || limits[i].Shadow)
-		outs = append(outs, limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset})
+		allowedAll = allowedAll && (o.Allowed || limits[i].Shadow)
+		outs = append(outs, o)
 	}
 	if allowedAll && (granted < cost || granted > want) || !allowedAll && granted != 0 {
 		return 0, outs, fmt.Errorf("reply grants %d tokens (all enforced limits allowed: %v) for a take of %d to %d", granted, allowedAll, cost, want)

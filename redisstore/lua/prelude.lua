@@ -20,7 +20,9 @@
 -- stored and elapsed are what take.lua read for a token bucket: the
 -- credits stored (false for no bucket) and the ms since; the other
 -- algorithms read their own keys. now is nil when the call has not read
--- the clock, which only a token bucket can be given. An algorithm reads
+-- the clock, which only a token bucket and a sliding window can be given:
+-- the sliding window then tells the time from its key (and returns the
+-- time it used as a seventh value, for the write). An algorithm reads
 -- its state but never writes it. For an allowed take it returns the new
 -- state instead: value, a string, that take.lua writes with its ttl (ms
 -- from now, at least 1), or a function of no arguments that writes it (the
@@ -82,6 +84,23 @@ end
 -- argument): only tests do, to drive a fake clock. Production passes none
 -- and the call reads Redis's own clock. take.lua sets it at every call.
 local test_clock = false
+
+-- last_s and last_ms cache the seconds of the last TIME read and their
+-- value in ms: the seconds change once a second, and the text of a string
+-- compares by identity in Lua, so most calls convert only the
+-- microseconds.
+local last_s, last_ms = nil, 0
+
+-- redis_now returns Redis's clock in Unix ms. Redis's, never the
+-- gateways': their clocks drift apart.
+local function redis_now()
+  local t = call('TIME')
+  local s = t[1]
+  if s ~= last_s then
+    last_s, last_ms = s, tonumber(s) * 1000
+  end
+  return last_ms + floor(tonumber(t[2]) / 1000)
+end
 
 -- expire_ms returns the PX to store a state with, given the algorithm's TTL
 -- in ms (the Outcome's TTL, at least 1). Redis expires keys by its own

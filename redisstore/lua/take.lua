@@ -13,13 +13,17 @@
 -- args[2]   now in Unix ms, for a test clock only; without it the call
 --           reads Redis's clock, and only when it needs one.
 --
--- Reply, in one of two forms:
+-- Reply, in one of three forms:
 -- - when every limit is a token bucket and all gave want tokens, the
 --   values just written, limit by limit (24 bytes each, see
 --   alg_token_bucket.lua): Go derives remaining and reset from the credits
 --   left as limit.Evaluate does, and the grant is want. This is the reply
 --   of nearly every take that passes, and formatting nothing is the
 --   cheapest reply there is.
+-- - for a take of one enforced limit of another algorithm at its cost
+--   (want = cost, Redis's clock), 32 bytes: allowed, remaining, retry_ms
+--   and reset_ms as little-endian doubles, integers all; the grant is the
+--   cost when allowed. What rls sends for each descriptor.
 -- - otherwise a flat array of integers: granted (0 when refused, else cost
 --   to want), then for each limit allowed (1/0), remaining, retry_ms,
 --   reset_ms.
@@ -75,25 +79,9 @@ local FULL = 2^53
 -- false.
 local fresh_by_nx = false
 
--- last_s and last_ms cache the seconds of the last TIME read and their
--- value in ms: the seconds change once a second, and the text of a string
--- compares by identity in Lua, so most calls convert only the
--- microseconds.
-local last_s, last_ms = nil, 0
-
--- redis_now returns Redis's clock in Unix ms. Redis's, never the
--- gateways': their clocks drift apart.
-local function redis_now()
-  local t = call('TIME')
-  local s = t[1]
-  if s ~= last_s then
-    last_s, last_ms = s, tonumber(s) * 1000
-  end
-  return last_ms + floor(tonumber(t[2]) / 1000)
-end
-
 -- spec returns limit i's parsed spec {algorithm function, count, period,
--- burst, is a token bucket, lean, is a shadow limit}, from SPECS or by
+-- burst, is a token bucket, lean, is a shadow limit, tells its own clock
+-- (a sliding window, see alg_sliding_window.lua)}, from SPECS or by
 -- parsing it. lean, from
 -- -8 to 8, says how this limit's buckets were recently found: a positive
 -- lean reads them with GET, the cheapest read of a bucket that exists; a
@@ -116,7 +104,7 @@ local function spec(text, i)
   if nspecs >= CACHE_MAX then
     SPECS, nspecs = {}, 0
   end
-  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0, mode ~= ''}
+  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0, mode ~= '', name == 'sliding_window'}
   SPECS[text], nspecs = sp, nspecs + 1
   return sp
 end
@@ -438,21 +426,26 @@ local function take(keys, args)
     -- One enforced limit of a window algorithm (or GCRA) under Redis's
     -- clock, taken at its cost: what rls sends for each descriptor. One
     -- pass, no tables filled, no pcall: the algorithm raises any error
-    -- before the one write.
+    -- before the one write. A sliding window reads the clock itself, from
+    -- its key's PTTL (alg_sliding_window.lua). The reply is the limit's
+    -- answer packed in 32 bytes (see the top of this file): one string
+    -- measured cheaper for Redis to reply than an array of five integers.
     local sp, key = r[4], keys[1]
-    local at = redis_now()
-    local allowed, remaining, retry, reset, value, ttl = sp[1](key, at, cost, sp[2], sp[3], sp[4])
-    REPLY[1] = 0
+    local at
+    if not sp[8] then
+      at = redis_now()
+    end
+    local allowed, remaining, retry, reset, value, ttl, used, keep = sp[1](key, at, cost, sp[2], sp[3], sp[4])
     if allowed == 1 then
-      if type(value) == 'function' then
+      if keep then
+        call('SET', key, value, 'KEEPTTL')
+      elseif type(value) == 'function' then
         value()
       else
-        write(key, value, ttl, at)
+        write(key, value, ttl, at or used)
       end
-      REPLY[1] = cost
     end
-    REPLY[2], REPLY[3], REPLY[4], REPLY[5], REPLY[6] = allowed, remaining, retry, reset, nil
-    return REPLY
+    return spack('<dddd', allowed, remaining, retry, reset)
   end
   for i = 1, n do
     FRESH[i] = false
