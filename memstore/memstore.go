@@ -108,10 +108,13 @@ func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, err
 // key, taken in place. ok is false, with nothing read or written, for any
 // other request; Take then validates it and takes it the general way.
 func (s *Store) takeKnown(now int64, req *limit.Request) (d limit.Decision, ok bool) {
-	if len(req.Limits) != 1 || req.Cost < 0 {
+	if len(req.Limits) != 1 || req.Cost < 0 || req.Refused != 0 {
 		return d, false
 	}
 	l := &req.Limits[0]
+	if l.CountRefusals {
+		return d, false
+	}
 	sh := s.keys.Of(req.Key)
 	sh.Lock()
 	defer sh.Unlock()
@@ -174,7 +177,11 @@ func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
 	cost := req.EffectiveCost()
 	var stack [8]limit.Result
 	rs := results(stack[:0], req)
+	counts := chargeOwed(sh, now, req)
 	d := take(sh, now, req, cost, false, rs)
+	if counts && !d.Allowed {
+		chargeRefusal(sh, now, req, &d, rs)
+	}
 	takeShadow(sh, now, req, &d, rs)
 	d.Results = limit.NewResults(rs)
 	return d

@@ -405,17 +405,28 @@ type scratch struct {
 
 // build fills keys and args for a take of cost to want tokens (see
 // lua/take.lua for the layout): a key per limit, then one argument,
-// "<cost> <want>;<limit>;<limit>...", a shadow limit ending in " shadow",
-// and now in ms when it is not 0 (a test clock).
+// "<cost> <want>[ <refused>];<limit>;<limit>...", a shadow limit ending in
+// " shadow" and one that counts refusals in " refusals", and now in ms
+// when it is not 0 (a test clock). A want of 0 builds a settle of the
+// cost instead: "settle <cost>;<limit>..."
 func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 	b, ends := sc.buf[:0], sc.ends[:0]
 	for i := range req.Limits {
 		b = appendKey(b, prefix, req.Key, &req.Limits[i])
 		ends = append(ends, len(b))
 	}
-	b = strconv.AppendInt(b, req.EffectiveCost(), 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, want, 10)
+	if want == 0 {
+		b = append(b, "settle "...)
+		b = strconv.AppendInt(b, req.EffectiveCost(), 10)
+	} else {
+		b = strconv.AppendInt(b, req.EffectiveCost(), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, want, 10)
+		if req.Refused > 0 {
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, req.Refused, 10)
+		}
+	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		b = append(b, ';')
@@ -428,6 +439,8 @@ func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
 		if l.Shadow {
 			b = append(b, " shadow"...)
+		} else if l.CountRefusals {
+			b = append(b, " refusals"...)
 		}
 	}
 	ends = append(ends, len(b))

@@ -91,6 +91,40 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestRefusalsCount runs the cases of refusals that count on every
+// target, and counts the calls: a refused request that counts costs the
+// one call that refused it, and a request carrying earlier refusals
+// (Request.Refused) one call too.
+func TestRefusalsCount(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			limittest.RunRefusals(t, func(t *testing.T, now func() time.Time) limit.Store {
+				return newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: now})
+			})
+		})
+	}
+	t.Run("OwnClock", func(t *testing.T) {
+		s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+		l := limit.Limit{Name: "s", Count: 1, Period: time.Minute, Burst: 2, CountRefusals: true}
+		req := &limit.Request{Key: uniqueKey(t), Cost: 2, Limits: []limit.Limit{l}}
+		take(t, s, req)
+		req.Cost = 1
+		before := readStats(t).calls
+		for i := range 5 {
+			if d := take(t, s, req); d.Allowed || d.RetryAfter < time.Minute {
+				t.Fatalf("retry %d of an empty bucket of 1 a minute: %+v, want refused with at least a minute to wait", i+1, d)
+			}
+		}
+		if calls := readStats(t).calls - before; calls != 5 {
+			t.Errorf("5 refused requests that count: %v script calls, want 5", calls)
+		}
+		v, err := standalone.Do(t.Context(), "PTTL", s.RedisKey(req.Key, &l))
+		if ttl, _ := v.(int64); err != nil || ttl < 4*60_000-1000 {
+			t.Errorf("PTTL after 5 refusals that count: %v, %v; want at least 4 minutes (a burst of debt, then the bucket's fill)", v, err)
+		}
+	})
+}
+
 func TestDetectsMode(t *testing.T) {
 	for _, c := range []struct {
 		name  string

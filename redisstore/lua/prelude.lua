@@ -31,6 +31,17 @@
 -- limit per call, and what is written is one command.
 local ALGS = {}
 
+-- CHARGE maps the name of an algorithm that can be charged to its charge:
+--   CHARGE[name] = function(key, now, cost, count, period, burst)
+--     -> value, ttl, short, retry_ms
+-- It takes cost tokens whatever the state under key holds (now is always
+-- known), leaving debt of at most one burst where it is short, and
+-- returns the state to write (take.lua writes it, as a take's), how many
+-- tokens it was short of, and the ms until a take of cost fits after it.
+-- A settle's positive delta and a refusal that counts
+-- (limit.Limit.CountRefusals) are charges.
+local CHARGE = {}
+
 -- call, fmt, floor, ceil, spack and sunpack are redis.call,
 -- string.format, math.floor, math.ceil and the struct library's pack and
 -- unpack, bound by bind() at the first call of a take: a library's top
@@ -79,6 +90,10 @@ local function ceildiv(a, b)
   end
   return q
 end
+
+-- FULL is an elapsed time that refills any bucket: times any count it is
+-- at least 2^53, more than any capacity.
+local FULL = 2^53
 
 -- test_clock is true during a call whose caller passed the time (a second
 -- argument): only tests do, to drive a fake clock. Production passes none

@@ -68,9 +68,6 @@ local SPECS, nspecs, RECORDS, nrecords, CACHE_MAX = {}, 0, {}, 0, 4096
 local LIM, STORED, ELAPSED, LAST, TTL, FRESH = {}, {}, {}, {}, {}, {}
 local OUT, VALUES, REPLY = {}, {}, {}
 
--- FULL is an elapsed time that refills any bucket: times any count it is
--- at least 2^53, more than any capacity.
-local FULL = 2^53
 
 -- fresh_by_nx is whether a bucket that does not exist may be created by
 -- one SET ... NX GET (Redis 7.0 and later) instead of GET then PSETEX (see
@@ -81,7 +78,9 @@ local fresh_by_nx = false
 
 -- spec returns limit i's parsed spec {algorithm function, count, period,
 -- burst, is a token bucket, lean, is a shadow limit, tells its own clock
--- (a sliding window, see alg_sliding_window.lua)}, from SPECS or by
+-- (a sliding window, see alg_sliding_window.lua), a refusal charges it
+-- (' refusals', token buckets and GCRA only), its charge (CHARGE), its
+-- algorithm's name}, from SPECS or by
 -- parsing it. lean, from
 -- -8 to 8, says how this limit's buckets were recently found: a positive
 -- lean reads them with GET, the cheapest read of a bucket that exists; a
@@ -94,8 +93,8 @@ local function spec(text, i)
     return sp
   end
   local name, count, period, burst, mode = string.match(text, '^([%w_]+) (%d+) (%d+) (%d+)(.*)$')
-  if not name or mode ~= '' and mode ~= ' shadow' then
-    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. fmt('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>[ shadow]"'})
+  if not name or mode ~= '' and mode ~= ' shadow' and mode ~= ' refusals' then
+    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. fmt('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>[ shadow| refusals]"'})
   end
   local alg = ALGS[name]
   if not alg then
@@ -104,13 +103,16 @@ local function spec(text, i)
   if nspecs >= CACHE_MAX then
     SPECS, nspecs = {}, 0
   end
-  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0, mode ~= '', name == 'sliding_window'}
+  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0, mode == ' shadow', name == 'sliding_window',
+        mode == ' refusals' and CHARGE[name] ~= nil and (name == 'token_bucket' or name == 'gcra'), CHARGE[name], name}
   SPECS[text], nspecs = sp, nspecs + 1
   return sp
 end
 
 -- record returns the parsed first argument {cost, want, n, spec 1 ..
--- spec n}, from RECORDS or by parsing text. A one-bucket record gains two
+-- spec n, owed = the refused cost to charge first (0 for none), settle =
+-- whether the call is a settle, counts = whether a refusal charges any
+-- limit}, from RECORDS or by parsing text. A one-bucket record gains two
 -- more at its first use under Redis's clock: the value and PX a take of
 -- want writes in a missing bucket (take's first path).
 local function record(text)
@@ -118,18 +120,29 @@ local function record(text)
   if r then
     return r
   end
-  local cost, want, rest = string.match(text, '^(%d+) (%d+)(;.+)$')
-  cost, want = tonumber(cost), tonumber(want)
+  local head, rest = string.match(text, '^([^;]*)(;.+)$')
+  local cost, want, owed = string.match(head or '', '^(%d+) (%d+) ?(%d*)$')
+  local settle = false
+  if not cost then
+    cost = string.match(head or '', '^settle (%d+)$')
+    want, owed, settle = cost, '', true
+  end
+  cost, want, owed = tonumber(cost), tonumber(want), tonumber(owed) or 0
   if not cost or cost < 1 or want < cost then
-    error({err = 'ERR sluice: arguments ' .. fmt('%q', text) .. ', want "<cost> <want>;<limit>..." with 1 <= cost <= want'})
+    error({err = 'ERR sluice: arguments ' .. fmt('%q', text) .. ', want "<cost> <want>[ <refused>];<limit>..." with 1 <= cost <= want, or "settle <delta>;<limit>..."'})
   end
   r = {cost, want, 0}
   local n = 0
   for limit in string.gmatch(rest, ';([^;]*)') do
     n = n + 1
     r[3 + n] = spec(limit, n)
+    r.counts = r.counts or r[3 + n][9]
   end
   r[3] = n
+  r.owed, r.settle = owed, settle
+  if owed > 0 or settle then
+    return r -- amounts vary: not worth a place in the cache
+  end
   if nrecords >= CACHE_MAX then
     RECORDS, nrecords = {}, 0
   end
@@ -266,6 +279,36 @@ local function needs_clock(n)
   return written > 1
 end
 
+-- RETRY[i] is limit i's wait after a charge (charge), reused.
+local RETRY = {}
+
+-- charge takes c tokens at now, whatever they hold, from the enforced
+-- limits of record r (only from those a refusal charges, with refusals),
+-- writes their states, and returns the most tokens any was short of;
+-- RETRY[i] is then limit i's wait for a take of the cost. A limit whose
+-- algorithm has no charge raises an error before anything is written.
+local function charge(keys, n, r, c, now, refusals)
+  for i = 1, n do
+    local sp = r[3 + i]
+    if not sp[7] and not refusals and not sp[10] then
+      error({err = 'ERR sluice: limit ' .. i .. ' is a ' .. sp[11] .. ', which cannot be settled'})
+    end
+  end
+  local short = 0
+  for i = 1, n do
+    local sp = r[3 + i]
+    if not sp[7] and (sp[9] or not refusals) then
+      local value, ttl, s, retry = sp[10](keys[i], now, c, sp[2], sp[3], sp[4])
+      write(keys[i], value, ttl, now)
+      if s > short then
+        short = s
+      end
+      RETRY[i] = retry
+    end
+  end
+  return short
+end
+
 -- general is take for every call but the usual one: read every token
 -- bucket, learn the clock if it must, run the algorithms, write all or
 -- nothing, reply. It may have created buckets by SET NX (FRESH) when it
@@ -348,6 +391,20 @@ local function general(keys, n, r, cost, want, now)
       FRESH[i] = false
     end
   end
+  if all ~= 1 and r.counts then
+    -- Refusals count: the cost is charged here, in the call that refused,
+    -- and a limit that refused says when the request fits after it.
+    if not now then
+      now = redis_now()
+    end
+    charge(keys, n, r, cost, now, true)
+    for i = 1, n do
+      local o = 6 * i - 5
+      if LIM[i][9] and OUT[o] ~= 1 and OUT[o + 2] >= 0 and RETRY[i] > OUT[o + 2] then
+        OUT[o + 1], OUT[o + 2] = 0, RETRY[i]
+      end
+    end
+  end
   if all == 1 then
     if buckets and grant == want and sall == 1 then
       if n == 1 then
@@ -392,7 +449,21 @@ local function take(keys, args)
       return redis.error_reply('ERR sluice: now is ' .. fmt('%q', args[2]) .. ', not a number')
     end
   end
-  if n == 1 and r[4][5] and not r[4][7] and not test_clock then
+  if r.settle then
+    -- A settle: the true cost is known after the response, and cost more
+    -- is taken from every enforced limit whatever it holds. The reply is
+    -- the most tokens any limit was short of.
+    return charge(keys, n, r, cost, now or redis_now(), false)
+  end
+  if r.owed > 0 then
+    -- Refusals a gateway answered from memory, charged before this
+    -- request is decided, in the same call.
+    now = now or redis_now()
+    charge(keys, n, r, r.owed, now, true)
+  end
+  if r.counts then
+    -- Refusals count: the general path, which charges a refusal.
+  elseif n == 1 and r[4][5] and not r[4][7] and not test_clock then
     -- One token bucket under Redis's clock, the usual call: no tables, and
     -- no error can follow a write.
     local sp, key = r[4], keys[1]
@@ -422,7 +493,7 @@ local function take(keys, args)
     -- creates is full, and gives want): the general path's passes, which
     -- read the bucket again.
   end
-  if n == 1 and not r[4][5] and not r[4][7] and want == cost and not test_clock then
+  if not r.counts and n == 1 and not r[4][5] and not r[4][7] and want == cost and not test_clock then
     -- One enforced limit of a window algorithm (or GCRA) under Redis's
     -- clock, taken at its cost: what rls sends for each descriptor. One
     -- pass, no tables filled, no pcall: the algorithm raises any error
