@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
@@ -10,20 +9,17 @@ import (
 
 // Settle corrects a take whose cost was an estimate, once the true cost is
 // known: delta is the true cost less the estimate taken. A positive delta
-// is taken from every enforced limit of req whatever they hold: a limit
-// that has less is left in debt (Settled.Debt, at most one burst), so that the key's next
-// requests wait until the debt has refilled. A negative delta is given
-// back (GiveBack), never pushing a limit above its burst. Zero changes
-// nothing. req.Cost is ignored; shadow limits are left alone.
-//
-// Only token buckets and GCRA can settle: a window counts requests, not a
-// cost spread over time, and an error names a window limit of req before
-// anything changes. It never returns another error for a valid request.
+// is taken from every enforced limit of req whatever they hold: a token
+// bucket or GCRA limit that has less is left in debt (Settled.Debt, at
+// most one burst), so that the key's next requests wait until the debt has
+// refilled; a window takes as much as it has room for, never counting
+// above its limit, and reports the rest in Settled.Debt without keeping
+// it (see SettleState). A negative delta is given back (GiveBack), never
+// pushing a limit above its burst nor a window's count below zero. Zero
+// changes nothing. req.Cost is ignored; shadow limits are left alone. It
+// never returns an error for a valid request.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Settled, error) {
 	if err := req.Validate(); err != nil {
-		return Settled{}, err
-	}
-	if err := CanSettle(req); err != nil {
 		return Settled{}, err
 	}
 	switch {
@@ -48,21 +44,10 @@ func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Se
 // Settled is what a settle did.
 type Settled struct {
 	// Debt is the most tokens any limit of the request was short of: a
-	// positive settle took them anyway, and the key's next requests wait
-	// for them. Zero when every limit had the tokens, and for a give-back.
+	// positive settle took them anyway from a token bucket or GCRA limit,
+	// and the key's next requests wait for them; a window, full, could not
+	// take them. Zero when every limit had the tokens, and for a give-back.
 	Debt int64
-}
-
-// CanSettle reports whether every enforced limit of req can be settled:
-// token buckets and GCRA only.
-func CanSettle(req *limit.Request) error {
-	for i := range req.Limits {
-		l := &req.Limits[i]
-		if a := l.Alg(); !l.Shadow && a != limit.TokenBucket && a != limit.GCRA {
-			return fmt.Errorf("limit %q is a %s, which counts requests in windows: only token_bucket and gcra settle a cost after the response", l.Name, a)
-		}
-	}
-	return nil
 }
 
 // enforced returns ls without its shadow limits, sharing ls's memory when
@@ -111,6 +96,9 @@ func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals boo
 		debt = max(debt, short)
 		if i == idx {
 			retry = retryAfter(l, &next, now, req.EffectiveCost())
+		}
+		if ttl == 0 {
+			continue // a full window: nothing to write
 		}
 		if at < 0 {
 			e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
@@ -173,11 +161,16 @@ func retryAfter(l *limit.Limit, s *limit.State, now, cost int64) int64 {
 	return o.RetryAfter
 }
 
-// SettleState returns the state of token bucket or GCRA limit l after
-// taking cost more tokens from state s at now whatever it holds, how long
-// to keep it (ms), and how many tokens it was short of. It is the
-// arithmetic redisstore's settle script does, shared so that the stores
+// SettleState returns the state of limit l after taking cost more tokens
+// from state s at now whatever it holds, how long to keep it (ms; 0 to
+// leave s as it is), and how many tokens it was short of. It is the
+// arithmetic redisstore's charge (lua/take.lua) does, so that the stores
 // agree.
+//
+// A window (fixed_window, sliding_window, sliding_log) takes as much of
+// cost as it has room for: its count never goes above the limit, and what
+// did not fit is reported short but not kept as debt, since a window
+// counts requests until it ends, not a rate a debt could be paid at.
 //
 // Debt is at most one burst: a key is never kept out longer than twice
 // the time its bucket takes to fill, however much it was charged. A token
@@ -189,6 +182,20 @@ func retryAfter(l *limit.Limit, s *limit.State, now, cost int64) int64 {
 // charged its debt and the new cost, still at most one burst. GCRA's theoretical arrival time moves past the
 // burst's reach, which GCRA answers exactly.
 func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.State, ttl, debt int64) {
+	switch l.Alg() {
+	case limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog:
+		// As much of cost as the window has room for: a window holds no
+		// debt, and its count never goes above the limit.
+		c := min(cost, l.Count)
+		o := limit.Evaluate(l, s, now, c)
+		if !o.Allowed {
+			if c = o.Remaining; c <= 0 {
+				return *s, 0, cost
+			}
+			o = limit.Evaluate(l, s, now, c)
+		}
+		return o.Next, o.TTL, cost - c
+	}
 	// More than two bursts leaves the same state as two: one burst spent
 	// and one of debt. Capped, cost × period stays exact.
 	cost = min(cost, 2*l.EffectiveBurst())

@@ -13,16 +13,14 @@ import (
 // estimate. A positive delta is taken from every enforced limit whatever
 // it holds, leaving a limit that is short in debt (Settled.Debt), so the
 // key's next requests wait until it has refilled; a negative one is given
-// back (GiveBack), never above a limit's burst. It runs in the take's own
-// library (lua/take.lua's charge), whose arithmetic is
-// memstore.SettleState's. Only token buckets and GCRA settle
-// (memstore.CanSettle); req.Cost is ignored and shadow limits are left
+// back (GiveBack), never above a limit's burst nor a window's count below
+// zero. A window takes as much of a positive delta as it has room for,
+// never counting above its limit (memstore.Store.Settle). It runs in the
+// take's own library (lua/take.lua's charge), whose arithmetic is
+// memstore.SettleState's. req.Cost is ignored and shadow limits are left
 // alone. Errors are Take's.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (memstore.Settled, error) {
 	if err := req.Validate(); err != nil {
-		return memstore.Settled{}, err
-	}
-	if err := memstore.CanSettle(req); err != nil {
 		return memstore.Settled{}, err
 	}
 	lims := make([]limit.Limit, 0, len(req.Limits))

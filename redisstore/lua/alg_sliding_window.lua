@@ -91,3 +91,5 @@ ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   -- counted from the caller's time (see alg_fixed_window.lua).
   return 1, remaining - cost, 0, reset, spack('<ddd', ws, cur, prev), ws + 2 * period - caller, caller, keep and ws == stored_ws
 end
+
+CHARGE['sliding_window'] = window_charge(ALGS['sliding_window'])

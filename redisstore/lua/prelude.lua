@@ -39,8 +39,34 @@ local ALGS = {}
 -- returns the state to write (take.lua writes it, as a take's), how many
 -- tokens it was short of, and the ms until a take of cost fits after it.
 -- A settle's positive delta and a refusal that counts
--- (limit.Limit.CountRefusals) are charges.
+-- (limit.Limit.CountRefusals) are charges. The window algorithms' charge
+-- is window_charge: their count never goes above the limit.
 local CHARGE = {}
+
+-- window_charge returns the charge of window algorithm alg (an ALGS
+-- function): as much of cost as the window has room for, the count never
+-- above the limit (a window holds no debt), the rest reported short. The
+-- state may be a function that writes itself (the sliding log's list), or
+-- nil when there was no room. Two passes of the algorithm at most: a
+-- settle is rare, and the algorithm is then the one place that knows its
+-- state.
+local function window_charge(alg)
+  return function(key, now, cost, count, period, burst)
+    local c = cost
+    if c > count then
+      c = count
+    end
+    local allowed, remaining, _, _, value, ttl = alg(key, now, c, count, period, burst)
+    if allowed ~= 1 then
+      if remaining <= 0 then
+        return nil, 0, cost, 0
+      end
+      c = remaining
+      allowed, remaining, _, _, value, ttl = alg(key, now, c, count, period, burst)
+    end
+    return value, ttl, cost - c, 0
+  end
+end
 
 -- call, fmt, floor, ceil, spack and sunpack are redis.call,
 -- string.format, math.floor, math.ceil and the struct library's pack and

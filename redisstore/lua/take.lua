@@ -299,7 +299,11 @@ local function charge(keys, n, r, c, now, refusals)
     local sp = r[3 + i]
     if not sp[7] and (sp[9] or not refusals) then
       local value, ttl, s, retry = sp[10](keys[i], now, c, sp[2], sp[3], sp[4])
-      write(keys[i], value, ttl, now)
+      if type(value) == 'function' then
+        value()
+      elseif value then
+        write(keys[i], value, ttl, now)
+      end
       if s > short then
         short = s
       end
