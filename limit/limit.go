@@ -584,10 +584,19 @@ var ErrBadReply = errors.New("the store answered with an unusable reply")
 // alike:
 //
 //   - Requests arrive valid ([Request.Validate]): the top of the stack
-//     checks them once (the gateway's and rls's limits are checked when
-//     their rules are compiled), and the layers below take them as valid
-//     without checking again. A store may still refuse a request that
-//     would corrupt what it keeps; its error then matches ErrInvalid.
+//     checks them once (pipeline.Pipeline.Take; the gateway's and rls's
+//     limits are checked when their rules are compiled), and the layers
+//     and stores below take them as valid without checking again. A store
+//     refuses only what would make it fail or corrupt what it keeps, with
+//     an error matching ErrInvalid: memstore and redisstore refuse a
+//     request without limits or of a negative cost, memstore a zero rate
+//     or period, and redisstore's script, once per distinct limit, a rate,
+//     period or burst below 1 or too large to count exactly. Anything else
+//     invalid (a limit named twice, a name with a colon, an unknown
+//     algorithm in memstore) is answered, not refused, and the answer may
+//     be wrong. An embedder that calls a store directly, rather than
+//     through pipeline.Pipeline, calls Request.Validate on each request
+//     it builds (or once on limits it reuses) before the store sees it.
 //   - Take must not modify req or anything it points to, and must not keep
 //     req, its Limits or any part of them after it returns. A request's
 //     Limits are usually the rules' resolution itself, shared by every

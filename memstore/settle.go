@@ -19,7 +19,7 @@ import (
 // changes nothing. req.Cost is ignored; shadow limits are left alone. It
 // never returns an error for a valid request.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Settled, error) {
-	if err := req.Validate(); err != nil {
+	if err := usable(req); err != nil {
 		return Settled{}, err
 	}
 	switch {
@@ -223,7 +223,7 @@ func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.St
 		} else if elapsed < 0 {
 			// In debt until s.B: the debt counts against this charge, so
 			// that charges add up (to at most one burst).
-			credits = -min(-elapsed, full(l))*l.Count
+			credits = -min(-elapsed, full(l)) * l.Count
 		}
 	}
 	need := cost * p

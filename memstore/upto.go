@@ -20,7 +20,7 @@ import (
 // instant. Shadow limits (limit.Limit.Shadow) take the cost, once, and
 // never limit the grant.
 func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
-	if err := req.Validate(); err != nil {
+	if err := usable(req); err != nil {
 		return 0, limit.Decision{}, err
 	}
 	if want < 1 {

@@ -20,9 +20,6 @@ import (
 // memstore.SettleState's. req.Cost is ignored and shadow limits are left
 // alone. Errors are Take's.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (memstore.Settled, error) {
-	if err := req.Validate(); err != nil {
-		return memstore.Settled{}, err
-	}
 	lims := make([]limit.Limit, 0, len(req.Limits))
 	for _, l := range req.Limits {
 		if !l.Shadow {

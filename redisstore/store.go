@@ -478,8 +478,15 @@ func (s *Store) putScratch(sc *scratch) {
 }
 
 // Take implements limit.Store: one call on the node that holds the
-// request key's slot. Errors wrap ErrTimeout, ErrUnavailable or ErrReply,
-// except an invalid request, which is refused before any I/O.
+// request key's slot. Errors wrap ErrTimeout, ErrUnavailable or ErrReply.
+// req must be valid (limit.Request.Validate), as the limit.Store contract
+// says: the store does not check it again. It refuses only what would make
+// it fail or corrupt a state in Redis, with an error matching
+// limit.ErrInvalid: a request without limits or of a negative cost, or
+// (from the script, once
+// per distinct limit) a rate, period or burst below 1 or too large to
+// count exactly. A caller above no validating layer (pipeline.Pipeline
+// validates) calls limit.Request.Validate first.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	_, d, err := s.take(ctx, req, 0)
 	return d, err
@@ -493,9 +500,6 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // when it is zero, d is the refusal Take would have given req. A want below
 // the cost means the cost. Errors are Take's.
 func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
-	if err := req.Validate(); err != nil {
-		return 0, limit.Decision{}, err
-	}
 	if want < 1 {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: want %d tokens: must be at least 1", want)
 	}
@@ -505,8 +509,12 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (g
 // take is Take and TakeUpTo: a take of req's cost, or of up to want tokens
 // when want is larger.
 func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
-	if err := req.Validate(); err != nil {
-		return 0, limit.Decision{}, err
+	if len(req.Limits) == 0 || req.Cost < 0 {
+		// The one check of a request the store takes as valid: a call
+		// needs a key to route by, and a grant a cost to start from. What
+		// would corrupt a state (a zero rate or period, a count past 2^53)
+		// the script refuses once per distinct limit (lua/take.lua, spec).
+		return 0, limit.Decision{}, fmt.Errorf("redisstore: request of cost %d and %d limits cannot be taken (limit.Request.Validate): %w", req.Cost, len(req.Limits), limit.ErrInvalid)
 	}
 	if s.closed.Load() {
 		return 0, limit.Decision{}, errClosed
@@ -707,6 +715,9 @@ func classify(err error) error {
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
+		if strings.Contains(msg, "sluice: invalid limit") {
+			return limit.ErrInvalid // the script's guard (lua/take.lua, spec)
+		}
 		_, moved := re.IsRedirect()
 		if moved || re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() || nodeWide(msg) {
 			return ErrUnavailable

@@ -100,10 +100,19 @@ local function spec(text, i)
   if not alg then
     error({err = 'ERR sluice: unknown algorithm ' .. fmt('%q', name)})
   end
+  -- Go takes requests as valid and checks nothing (limit.Store): the
+  -- script keeps its state from what would corrupt it, a division by
+  -- zero (NaN and infinities, which no later take could read) or a count
+  -- past 2^53 (no longer exact), once per distinct limit, here.
+  count, period, burst = tonumber(count), tonumber(period), tonumber(burst)
+  if count < 1 or period < 1 or burst < 1 or count * period >= 2^53 or burst * period >= 2^53 or
+     name == 'sliding_log' and count > 10000 then
+    error({err = 'ERR sluice: invalid limit ' .. i .. ': ' .. fmt('%q', text) .. ', want a rate, period and burst of at least 1, a rate or burst times the period below 2^53, and a sliding log of at most 10000 (limit.Limit.Validate)'})
+  end
   if nspecs >= CACHE_MAX then
     SPECS, nspecs = {}, 0
   end
-  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0, mode == ' shadow', name == 'sliding_window',
+  sp = {alg, count, period, burst, name == 'token_bucket', 0, mode == ' shadow', name == 'sliding_window',
         mode == ' refusals' and CHARGE[name] ~= nil and (name == 'token_bucket' or name == 'gcra'), CHARGE[name], name}
   SPECS[text], nspecs = sp, nspecs + 1
   return sp
