@@ -1,15 +1,23 @@
 -- take.lua: the one entry of every take, after the prelude and the
--- algorithms: a Take (want = cost) and the TakeUpTo a token lease draws its
--- batches with (want > cost). script.go ends the library with a line that
--- registers take as a Redis function (FCALL), or, for a server without
--- functions, with one that calls it on KEYS and ARGV (EVALSHA).
+-- algorithms: a Take (want = cost), the TakeUpTo a token lease draws its
+-- batches with (want > cost), and a settle (a charge of every limit).
+-- script.go ends the library with a line that registers take as a Redis
+-- function (FCALL), or, for a server without functions, with one that
+-- calls it on KEYS and ARGV (EVALSHA).
 --
 -- keys[i]  the state of limit i: <prefix>{<encoded request key>}:<bucket id>
--- args[1]   '<cost> <want>;<limit 1>;<limit 2>...', want at least cost (the
---           most tokens to take), each limit '<algorithm> <count> <period
---           ms> <burst>', and ' shadow' after it for a shadow limit. One argument, parsed once per distinct text and
---           then found by it: each argument is a string Redis hands the
---           call, and a fleet sends few distinct texts.
+-- args[1]   '<cost> <want>[ <refused>];<limit 1>;<limit 2>...', want at
+--           least cost (the most tokens to take), refused the cost of
+--           refusals a gateway answered from memory, charged first to the
+--           limits that count refusals (limit.Request.Refused); or
+--           'settle <delta>;<limit 1>...', a settle, which replies the
+--           most tokens any limit was short of. Each limit '<algorithm>
+--           <count> <period ms> <burst>', then ' shadow' for a shadow
+--           limit or ' refusals' for one whose refusals count. One
+--           argument, parsed once per distinct text and then found by it
+--           (texts with refused or settle amounts are not kept): each
+--           argument is a string Redis hands the call, and a fleet sends
+--           few distinct texts.
 -- args[2]   now in Unix ms, for a test clock only; without it the call
 --           reads Redis's clock, and only when it needs one.
 --
