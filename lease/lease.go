@@ -216,13 +216,13 @@ func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit
 		return s.direct(ctx, req, upTo)
 	}
 	e := s.entry(req, h, sl, now, cur, prev)
-	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req), fill: fillMs(req)}
+	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req), fill: fillMs(req), refused: req.Refused}
 	for {
 		d, wait, served := s.fromMemory(e, now, &m)
 		if served {
 			s.metrics.served(d.Source, m.dropped)
 			if m.refill {
-				s.refill(e, req, m.size, m.asking)
+				s.refill(e, req, m.size, m.asking, m.owed)
 			}
 			return d, took{m.got, m.until}, nil
 		}
@@ -259,8 +259,19 @@ type miss struct {
 	asking                  chan struct{}
 	dropped                 int64
 
-	fill int64 // ms to fill the slowest limit whose refusals count; 0: none counts
-	owed int64 // the key's refused cost the call charges (limit.Request.Refused)
+	fill    int64 // ms to fill the slowest limit whose refusals count; 0: none counts
+	refused int64 // the caller's limit.Request.Refused, not yet in the book
+	owed    int64 // the key's refused cost the call charges (limit.Request.Refused)
+}
+
+// takeOwed moves the refusals b owes into m's call, unless the last of
+// them is older than the time to fill the limits (their debt would have
+// been paid by now).
+func (m *miss) takeOwed(b *book, now int64) {
+	if now-b.owedAt < m.fill {
+		m.owed = b.owed
+	}
+	b.owed = 0
 }
 
 // fillMs returns the ms the slowest of req's limits that charge refusals
@@ -285,6 +296,11 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := &e.b
+	if m.refused > 0 {
+		// Refusals a caller answered from its own memory (a gateway
+		// behind a relay): owed like this store's own, whatever answers.
+		b.owed, b.owedAt, m.refused = min(b.owed+m.refused, maxOwed), now, 0
+	}
 	if m.size == 0 {
 		// A relay's caller asking for a batch counts as the tokens it
 		// asks for: the key is as busy as the sum of its gateways' batches.
@@ -299,6 +315,9 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 		d = b.leased(now)
 		m.refill = m.size > 1 && 2*b.tokens < m.size && !b.fetching
 		b.fetching = b.fetching || m.refill
+		if m.refill {
+			m.takeOwed(b, now)
+		}
 		if m.refill && s.waitFill && b.asking == nil {
 			m.asking = make(chan struct{})
 			b.asking = m.asking
@@ -334,10 +353,7 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	// what they need.
 	m.reserved, m.reservedUntil = b.tokens, b.expires
 	b.tokens = 0
-	if now-b.owedAt < m.fill {
-		m.owed = b.owed
-	}
-	b.owed = 0
+	m.takeOwed(b, now)
 	m.need = m.cost - m.reserved
 	m.want = max(m.need, m.upTo-m.reserved)
 	m.fetch = m.size > 1 && !b.fetching
@@ -360,7 +376,7 @@ func (s *Store) ask(ctx context.Context, e *entry, req *limit.Request, m *miss) 
 	s.metrics.asked(m.fetch, m.dropped)
 	var a *answer // nil while the call has not returned
 	defer func() { d, err = s.settle(e, req, m, a) }()
-	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits, Refused: req.Refused + m.owed}
+	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits, Refused: m.owed}
 	granted, d, until, err := s.grant(ctx, &one, m.want)
 	a = &answer{granted, d, err, until}
 	return d, err
@@ -502,7 +518,7 @@ func shared(src limit.Source) bool {
 
 // refill fetches the next batch for e in the background, off the request
 // path. e.b.fetching is already set; the refill clears it.
-func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}) {
+func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}, owed int64) {
 	// done clears the refill's flags and wakes its waiters (WaitForRefill);
 	// under e.mu.
 	done := func() {
@@ -524,7 +540,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	s.mu.Unlock()
 	s.metrics.refilling()
 	// The caller may reuse its request once Take returns.
-	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits)}
+	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits), Refused: owed}
 	go func() {
 		defer s.wg.Done()
 		granted, d, until, err := s.grant(s.ctx, &r, want)
@@ -536,6 +552,9 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		done()
+		if err != nil {
+			e.b.owed = min(e.b.owed+owed, maxOwed) // for the next call
+		}
 		switch {
 		case err != nil, !shared(d.Source):
 			// A token from the local fallback is one request's answer, not

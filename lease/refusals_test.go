@@ -108,3 +108,55 @@ func TestRefusalsCountThroughCache(t *testing.T) {
 		}
 	}
 }
+
+// refusedSeen is a shared store that remembers the most Request.Refused it
+// was sent.
+type refusedSeen struct {
+	limit.Granter
+	most atomic.Int64
+}
+
+func (r *refusedSeen) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
+	r.most.Store(max(r.most.Load(), req.Refused))
+	return r.Granter.TakeUpTo(ctx, req, want)
+}
+
+// TestCallersRefusedCharged sends a lease store (as a relay's) requests
+// that carry refusals their caller answered from memory
+// (limit.Request.Refused) while it serves them from leased tokens: the
+// refusals are kept in the key's book and sent with its next call to the
+// shared store, not dropped with the answer from memory.
+func TestCallersRefusedCharged(t *testing.T) {
+	clk := limittest.NewClock(start)
+	inner := &refusedSeen{Granter: memstore.New(memstore.Config{Now: clk.Now})}
+	s, err := New(inner, Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	l := bucket(1000, 1000)
+	l.CountRefusals = true
+	req := &limit.Request{Key: "k:relayed", Limits: []limit.Limit{l}}
+	var leased int
+	for i := range 50 {
+		req.Refused = 0
+		if i > 0 && i%10 == 0 {
+			req.Refused = 3
+		}
+		d, err := s.Take(t.Context(), req)
+		if err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v; want allowed", i, d, err)
+		}
+		if d.Source == limit.FromLease {
+			leased++
+		}
+		s.wg.Wait()
+		clk.Advance(time.Millisecond)
+	}
+	if leased == 0 {
+		t.Fatal("no request served from a lease: the test shows nothing")
+	}
+	if got := inner.most.Load(); got < 3 {
+		t.Errorf("most refused cost sent to the shared store: %d, want at least 3 (the callers' refusals)", got)
+	}
+}
