@@ -30,7 +30,18 @@ type book struct {
 	cur, prev int64
 	lastUsed  int64
 	dropped   int64 // tokens dropped at expiry, not yet counted by metrics
+
+	// owed is the cost of the requests refused from memory whose refusals
+	// count (limit.Limit.CountRefusals), charged with the key's next call
+	// to the shared store (limit.Request.Refused), unless the last of them
+	// (owedAt) is older than the time to fill the limits: their debt would
+	// have been paid by then.
+	owed, owedAt int64
 }
+
+// maxOwed bounds book.owed: stores charge at most two bursts of it, and
+// the bound keeps the sum from overflowing.
+const maxOwed = 1 << 40
 
 // seen counts a request of weight (1 a request; a relay's caller, the
 // tokens it asks for) at now and returns the key's demand here: the weight

@@ -29,7 +29,12 @@
 // When the shared store refuses a request and says when to retry, the key
 // (with that request's limit set) is refused from memory until then. A
 // client far over its limit then costs its shard about one call per gateway
-// per retry interval.
+// per retry interval. When the key's limits count refusals
+// (limit.Limit.CountRefusals), the cost of each request refused from
+// memory is added up in the key's book and charged with the key's next
+// call to the shared store (limit.Request.Refused), never a call per
+// refusal: a client that ignores 429 pays for every refusal, as it would
+// without leases, and stays out until it stops.
 package lease
 
 import (
@@ -211,13 +216,13 @@ func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit
 		return s.direct(ctx, req, upTo)
 	}
 	e := s.entry(req, h, sl, now, cur, prev)
-	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req)}
+	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req), fill: fillMs(req), refused: req.Refused}
 	for {
 		d, wait, served := s.fromMemory(e, now, &m)
 		if served {
 			s.metrics.served(d.Source, m.dropped)
 			if m.refill {
-				s.refill(e, req, m.size, m.asking)
+				s.refill(e, req, m.size, m.asking, m.owed)
 			}
 			return d, took{m.got, m.until}, nil
 		}
@@ -253,6 +258,33 @@ type miss struct {
 	fetch                   bool  // the call fetches the key's next batch
 	asking                  chan struct{}
 	dropped                 int64
+
+	fill    int64 // ms to fill the slowest limit whose refusals count; 0: none counts
+	refused int64 // the caller's limit.Request.Refused, not yet in the book
+	owed    int64 // the key's refused cost the call charges (limit.Request.Refused)
+}
+
+// takeOwed moves the refusals b owes into m's call, unless the last of
+// them is older than the time to fill the limits (their debt would have
+// been paid by now).
+func (m *miss) takeOwed(b *book, now int64) {
+	if now-b.owedAt < m.fill {
+		m.owed = b.owed
+	}
+	b.owed = 0
+}
+
+// fillMs returns the ms the slowest of req's limits that charge refusals
+// (limit.Limit.ChargesRefusals) takes to fill from empty, or 0 when none
+// does: refusals owed for longer than that would have been paid off.
+func fillMs(req *limit.Request) int64 {
+	var ms int64
+	for i := range req.Limits {
+		if l := &req.Limits[i]; l.ChargesRefusals() {
+			ms = max(ms, (l.EffectiveBurst()*l.PeriodMillis()+l.Count-1)/l.Count)
+		}
+	}
+	return ms
 }
 
 // fromMemory answers req from e's book when it can: a leased token
@@ -264,6 +296,11 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := &e.b
+	if m.refused > 0 {
+		// Refusals a caller answered from its own memory (a gateway
+		// behind a relay): owed like this store's own, whatever answers.
+		b.owed, b.owedAt, m.refused = min(b.owed+m.refused, maxOwed), now, 0
+	}
 	if m.size == 0 {
 		// A relay's caller asking for a batch counts as the tokens it
 		// asks for: the key is as busy as the sum of its gateways' batches.
@@ -278,6 +315,9 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 		d = b.leased(now)
 		m.refill = m.size > 1 && 2*b.tokens < m.size && !b.fetching
 		b.fetching = b.fetching || m.refill
+		if m.refill {
+			m.takeOwed(b, now)
+		}
 		if m.refill && s.waitFill && b.asking == nil {
 			m.asking = make(chan struct{})
 			b.asking = m.asking
@@ -289,6 +329,11 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	// Leased tokens are already paid for, so only a request the lease
 	// cannot serve reads the refusal cache.
 	if b.refused(now, m.cost) {
+		if m.fill > 0 {
+			// Refusals count: charged with the key's next call, not one
+			// call per refusal.
+			b.owed, b.owedAt = min(b.owed+m.cost, maxOwed), now
+		}
 		d = b.deniedAt(now)
 		m.dropped = b.takeDropped()
 		d.Source = limit.FromRefusalCache
@@ -308,6 +353,7 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	// what they need.
 	m.reserved, m.reservedUntil = b.tokens, b.expires
 	b.tokens = 0
+	m.takeOwed(b, now)
 	m.need = m.cost - m.reserved
 	m.want = max(m.need, m.upTo-m.reserved)
 	m.fetch = m.size > 1 && !b.fetching
@@ -330,7 +376,7 @@ func (s *Store) ask(ctx context.Context, e *entry, req *limit.Request, m *miss) 
 	s.metrics.asked(m.fetch, m.dropped)
 	var a *answer // nil while the call has not returned
 	defer func() { d, err = s.settle(e, req, m, a) }()
-	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits}
+	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits, Refused: m.owed}
 	granted, d, until, err := s.grant(ctx, &one, m.want)
 	a = &answer{granted, d, err, until}
 	return d, err
@@ -373,6 +419,10 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 	if m.asking != nil {
 		close(m.asking)
 		b.asking = nil
+	}
+	if a == nil || a.err != nil {
+		// The refusals the call was to charge wait for the next one.
+		b.owed = min(b.owed+m.owed, maxOwed)
 	}
 	if a == nil {
 		b.lastRefused = false
@@ -468,7 +518,7 @@ func shared(src limit.Source) bool {
 
 // refill fetches the next batch for e in the background, off the request
 // path. e.b.fetching is already set; the refill clears it.
-func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}) {
+func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}, owed int64) {
 	// done clears the refill's flags and wakes its waiters (WaitForRefill);
 	// under e.mu.
 	done := func() {
@@ -490,7 +540,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	s.mu.Unlock()
 	s.metrics.refilling()
 	// The caller may reuse its request once Take returns.
-	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits)}
+	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits), Refused: owed}
 	go func() {
 		defer s.wg.Done()
 		granted, d, until, err := s.grant(s.ctx, &r, want)
@@ -502,6 +552,9 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		done()
+		if err != nil {
+			e.b.owed = min(e.b.owed+owed, maxOwed) // for the next call
+		}
 		switch {
 		case err != nil, !shared(d.Source):
 			// A token from the local fallback is one request's answer, not

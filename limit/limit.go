@@ -114,6 +114,22 @@ type Limit struct {
 	// enforced limits refuse. A take of more than the cost (TakeUpTo)
 	// takes the cost from the shadow limits, once.
 	Shadow bool
+	// CountRefusals says that a request this limit's request refuses still
+	// spends its cost from this limit (a rule's refusals: count), for
+	// clients that ignore 429: the store takes it in the same atomic call
+	// that refused, whatever the limit holds, leaving debt of at most one
+	// burst, and the refusal's RetryAfter says when the request fits after
+	// that debt. A client that waits it passes; one that retries sooner is
+	// refused and charged again, so it stays out until it stops. Only
+	// token buckets and GCRA count refusals: window algorithms ignore it,
+	// and so do shadow limits, which never refuse.
+	CountRefusals bool
+}
+
+// ChargesRefusals reports whether a refusal charges l (CountRefusals on an
+// enforced token bucket or GCRA limit).
+func (l *Limit) ChargesRefusals() bool {
+	return l.CountRefusals && !l.Shadow && (l.Alg() == TokenBucket || l.Alg() == GCRA)
 }
 
 // EffectiveBurst reports the most tokens the limit holds at once, and so
@@ -239,6 +255,24 @@ type Request struct {
 	// read the clock. The zero Time means the store reads its own.
 	// Stores that count by another clock (Redis's) ignore it.
 	At time.Time
+	// Refused is the cost of earlier requests of this key that a layer
+	// refused from memory without asking the store (the lease layer's
+	// refusal cache), to be charged to the limits that count refusals
+	// (Limit.CountRefusals) in this call, before it is decided: so a
+	// client that ignores 429 pays for every refusal without a store call
+	// per refusal. Zero for a caller that refused nothing itself.
+	Refused int64
+}
+
+// ChargesRefusals reports whether a refusal of r charges any of its limits
+// (Limit.ChargesRefusals).
+func (r *Request) ChargesRefusals() bool {
+	for i := range r.Limits {
+		if r.Limits[i].ChargesRefusals() {
+			return true
+		}
+	}
+	return false
 }
 
 // EffectiveCost reports Cost, or 1 when Cost is zero.
@@ -300,6 +334,9 @@ func (r *Request) validate() error {
 	}
 	if r.Cost < 0 {
 		return fmt.Errorf("limit: cost %d is negative", r.Cost)
+	}
+	if r.Refused < 0 {
+		return fmt.Errorf("limit: refused cost %d is negative", r.Refused)
 	}
 	for i := range r.Limits {
 		if err := r.Limits[i].Validate(); err != nil {
@@ -547,10 +584,19 @@ var ErrBadReply = errors.New("the store answered with an unusable reply")
 // alike:
 //
 //   - Requests arrive valid ([Request.Validate]): the top of the stack
-//     checks them once (the gateway's and rls's limits are checked when
-//     their rules are compiled), and the layers below take them as valid
-//     without checking again. A store may still refuse a request that
-//     would corrupt what it keeps; its error then matches ErrInvalid.
+//     checks them once (pipeline.Pipeline.Take; the gateway's and rls's
+//     limits are checked when their rules are compiled), and the layers
+//     and stores below take them as valid without checking again. A store
+//     refuses only what would make it fail or corrupt what it keeps, with
+//     an error matching ErrInvalid: memstore and redisstore refuse a
+//     request without limits or of a negative cost, memstore a zero rate
+//     or period, and redisstore's script, once per distinct limit, a rate,
+//     period or burst below 1 or too large to count exactly. Anything else
+//     invalid (a limit named twice, a name with a colon, an unknown
+//     algorithm in memstore) is answered, not refused, and the answer may
+//     be wrong. An embedder that calls a store directly, rather than
+//     through pipeline.Pipeline, calls Request.Validate on each request
+//     it builds (or once on limits it reuses) before the store sees it.
 //   - Take must not modify req or anything it points to, and must not keep
 //     req, its Limits or any part of them after it returns. A request's
 //     Limits are usually the rules' resolution itself, shared by every

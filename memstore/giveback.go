@@ -13,7 +13,7 @@ import (
 // zero), and a state that expired meanwhile, full already, is left alone.
 // It never returns an error for a valid request.
 func (s *Store) GiveBack(_ context.Context, req *limit.Request) error {
-	if err := req.Validate(); err != nil {
+	if err := usable(req); err != nil {
 		return err
 	}
 	now := s.clock(req)

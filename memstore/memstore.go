@@ -5,6 +5,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/striped"
@@ -90,17 +91,38 @@ func (s *Store) clock(req *limit.Request) int64 {
 	return s.baseMs + int64(time.Since(s.base)/time.Millisecond)
 }
 
-// Take implements limit.Store. It never returns an error for a valid
-// request. It neither keeps nor modifies req.
+// Take implements limit.Store. req must be valid (limit.Request.Validate),
+// as the limit.Store contract says: the store does not check it again,
+// beyond refusing no limits, a negative cost and a zero rate or period
+// (it would divide by it), with an error matching limit.ErrInvalid. A caller above no validating layer
+// (pipeline.Pipeline validates) calls limit.Request.Validate first. It
+// never returns an error for a valid request, and neither keeps nor
+// modifies req.
 func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, error) {
 	now := s.clock(req)
 	if d, ok := s.takeKnown(now, req); ok {
 		return d, nil
 	}
-	if err := req.Validate(); err != nil {
+	if err := usable(req); err != nil {
 		return limit.Decision{}, err
 	}
 	return s.TakeAt(now, req), nil
+}
+
+// usable refuses what would make the store fail or answer nothing: no
+// limits, a negative cost, or a rate or period that an algorithm divides by being zero: the
+// one check of a request it takes as
+// valid (limit.Store). A key's known limit (takeKnown) passed it once.
+func usable(req *limit.Request) error {
+	if len(req.Limits) == 0 || req.Cost < 0 {
+		return fmt.Errorf("memstore: request of cost %d and %d limits cannot be taken (limit.Request.Validate): %w", req.Cost, len(req.Limits), limit.ErrInvalid)
+	}
+	for i := range req.Limits {
+		if l := &req.Limits[i]; l.Count < 1 || l.PeriodMillis() < 1 {
+			return fmt.Errorf("memstore: limit %q: rate %d per %v cannot be counted (limit.Limit.Validate): %w", l.Name, l.Count, l.Period, limit.ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // takeKnown is Take's fast path: one enforced token bucket, already
@@ -108,10 +130,13 @@ func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, err
 // key, taken in place. ok is false, with nothing read or written, for any
 // other request; Take then validates it and takes it the general way.
 func (s *Store) takeKnown(now int64, req *limit.Request) (d limit.Decision, ok bool) {
-	if len(req.Limits) != 1 || req.Cost < 0 {
+	if len(req.Limits) != 1 || req.Cost < 0 || req.Refused != 0 {
 		return d, false
 	}
 	l := &req.Limits[0]
+	if l.CountRefusals {
+		return d, false
+	}
 	sh := s.keys.Of(req.Key)
 	sh.Lock()
 	defer sh.Unlock()
@@ -174,7 +199,11 @@ func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
 	cost := req.EffectiveCost()
 	var stack [8]limit.Result
 	rs := results(stack[:0], req)
+	counts := chargeOwed(sh, now, req)
 	d := take(sh, now, req, cost, false, rs)
+	if counts && !d.Allowed {
+		chargeRefusal(sh, now, req, &d, rs)
+	}
 	takeShadow(sh, now, req, &d, rs)
 	d.Results = limit.NewResults(rs)
 	return d

@@ -17,6 +17,12 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestRefusalsCount(t *testing.T) {
+	limittest.RunRefusals(t, func(t *testing.T, now func() time.Time) limit.Store {
+		return memstore.New(memstore.Config{Now: now})
+	})
+}
+
 // An idle key whose limits would be full again is dropped, so memory is
 // bounded by the keys active within their refill time, not by every key
 // ever seen.

@@ -2,27 +2,24 @@ package memstore
 
 import (
 	"context"
-	"fmt"
+	"time"
 
 	"github.com/sluice-rl/sluice/limit"
 )
 
 // Settle corrects a take whose cost was an estimate, once the true cost is
 // known: delta is the true cost less the estimate taken. A positive delta
-// is taken from every enforced limit of req whatever they hold: a limit
-// that has less is left in debt (Settled.Debt, at most one burst), so that the key's next
-// requests wait until the debt has refilled. A negative delta is given
-// back (GiveBack), never pushing a limit above its burst. Zero changes
-// nothing. req.Cost is ignored; shadow limits are left alone.
-//
-// Only token buckets and GCRA can settle: a window counts requests, not a
-// cost spread over time, and an error names a window limit of req before
-// anything changes. It never returns another error for a valid request.
+// is taken from every enforced limit of req whatever they hold: a token
+// bucket or GCRA limit that has less is left in debt (Settled.Debt, at
+// most one burst), so that the key's next requests wait until the debt has
+// refilled; a window takes as much as it has room for, never counting
+// above its limit, and reports the rest in Settled.Debt without keeping
+// it (see SettleState). A negative delta is given back (GiveBack), never
+// pushing a limit above its burst nor a window's count below zero. Zero
+// changes nothing. req.Cost is ignored; shadow limits are left alone. It
+// never returns an error for a valid request.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Settled, error) {
-	if err := req.Validate(); err != nil {
-		return Settled{}, err
-	}
-	if err := CanSettle(req); err != nil {
+	if err := usable(req); err != nil {
 		return Settled{}, err
 	}
 	switch {
@@ -37,27 +34,20 @@ func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Se
 		}
 		return Settled{}, s.GiveBack(ctx, &back)
 	}
-	return s.settleAt(s.clock(req), req, delta), nil
+	sh := s.keys.Of(req.Key)
+	sh.Lock()
+	defer sh.Unlock()
+	debt, _ := charge(sh, s.clock(req), req, delta, false, -1)
+	return Settled{Debt: debt}, nil
 }
 
 // Settled is what a settle did.
 type Settled struct {
 	// Debt is the most tokens any limit of the request was short of: a
-	// positive settle took them anyway, and the key's next requests wait
-	// for them. Zero when every limit had the tokens, and for a give-back.
+	// positive settle took them anyway from a token bucket or GCRA limit,
+	// and the key's next requests wait for them; a window, full, could not
+	// take them. Zero when every limit had the tokens, and for a give-back.
 	Debt int64
-}
-
-// CanSettle reports whether every enforced limit of req can be settled:
-// token buckets and GCRA only.
-func CanSettle(req *limit.Request) error {
-	for i := range req.Limits {
-		l := &req.Limits[i]
-		if a := l.Alg(); !l.Shadow && a != limit.TokenBucket && a != limit.GCRA {
-			return fmt.Errorf("limit %q is a %s, which counts requests in windows: only token_bucket and gcra settle a cost after the response", l.Name, a)
-		}
-	}
-	return nil
 }
 
 // enforced returns ls without its shadow limits, sharing ls's memory when
@@ -77,13 +67,13 @@ func enforced(ls []limit.Limit) []limit.Limit {
 	return ls
 }
 
-// settleAt takes delta more tokens from every enforced limit of req at
-// now, leaving debt where a limit is short.
-func (s *Store) settleAt(now int64, req *limit.Request, delta int64) Settled {
-	var out Settled
-	sh := s.keys.Of(req.Key)
-	sh.Lock()
-	defer sh.Unlock()
+// charge takes delta more tokens at now, whatever they hold, from req's
+// enforced limits, or with refusals from those that charge refusals
+// (limit.Limit.ChargesRefusals), leaving debt where a limit is short. The
+// caller holds sh's lock. It returns the most tokens any limit was short
+// of and, for limit idx (-1 for none), the ms until a take of req's cost
+// fits afterwards.
+func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals bool, idx int) (debt, retry int64) {
 	e := sh.M[req.Key]
 	if e != nil && e.expires <= now {
 		e.slots, e.byName = e.slots[:0], nil
@@ -94,7 +84,7 @@ func (s *Store) settleAt(now int64, req *limit.Request, delta int64) Settled {
 	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
-		if l.Shadow {
+		if l.Shadow || refusals && !l.ChargesRefusals() {
 			continue
 		}
 		var st limit.State
@@ -102,8 +92,14 @@ func (s *Store) settleAt(now int64, req *limit.Request, delta int64) Settled {
 		if at >= 0 && e.slots[at].expires > now {
 			st = e.slots[at].state
 		}
-		next, ttl, debt := SettleState(l, &st, now, delta)
-		out.Debt = max(out.Debt, debt)
+		next, ttl, short := SettleState(l, &st, now, delta)
+		debt = max(debt, short)
+		if i == idx {
+			retry = retryAfter(l, &next, now, req.EffectiveCost())
+		}
+		if ttl == 0 {
+			continue // a full window: nothing to write
+		}
 		if at < 0 {
 			e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
 			at = len(e.slots) - 1
@@ -119,14 +115,62 @@ func (s *Store) settleAt(now int64, req *limit.Request, delta int64) Settled {
 		}
 		e.expires = max(e.expires, sl.expires)
 	}
-	return out
+	return debt, retry
 }
 
-// SettleState returns the state of token bucket or GCRA limit l after
-// taking cost more tokens from state s at now whatever it holds, how long
-// to keep it (ms), and how many tokens it was short of. It is the
-// arithmetic redisstore's settle script does, shared so that the stores
+// chargeOwed charges req.Refused, the cost of refusals answered without
+// the store, to req's limits that count refusals, before req is decided,
+// and reports whether a refusal of req charges any limit. The caller holds
+// sh's lock.
+func chargeOwed(sh *stripe, now int64, req *limit.Request) (counts bool) {
+	counts = req.ChargesRefusals()
+	if counts && req.Refused > 0 {
+		charge(sh, now, req, req.Refused, true, -1)
+	}
+	return counts
+}
+
+// chargeRefusal charges refused request req's cost to its limits that
+// count refusals, under the lock that refused it (the caller holds sh's),
+// and moves d's (and its Results') retry time to when the request fits
+// after that charge.
+func chargeRefusal(sh *stripe, now int64, req *limit.Request, d *limit.Decision, rs []limit.Result) {
+	_, retry := charge(sh, now, req, req.EffectiveCost(), true, d.Index)
+	if retry <= 0 || d.RetryAfter == limit.Never {
+		return
+	}
+	d.RetryAfter = max(d.RetryAfter, time.Duration(retry)*time.Millisecond)
+	d.Remaining = 0
+	if rs != nil {
+		rs[d.Index].RetryAfter, rs[d.Index].Remaining = d.RetryAfter, 0
+	}
+}
+
+// retryAfter returns the ms until a take of cost fits token bucket or GCRA
+// limit l in state s at now: limit.Evaluate's answer, and for a token
+// bucket in debt (its last take in the future) the time until then too,
+// which Evaluate, reading such a bucket as empty, leaves out.
+func retryAfter(l *limit.Limit, s *limit.State, now, cost int64) int64 {
+	o := limit.Evaluate(l, s, now, cost)
+	if o.Allowed || o.RetryAfter < 0 {
+		return 0
+	}
+	if l.Alg() == limit.TokenBucket && s.B > now {
+		return o.RetryAfter + s.B - now
+	}
+	return o.RetryAfter
+}
+
+// SettleState returns the state of limit l after taking cost more tokens
+// from state s at now whatever it holds, how long to keep it (ms; 0 to
+// leave s as it is), and how many tokens it was short of. It is the
+// arithmetic redisstore's charge (lua/take.lua) does, so that the stores
 // agree.
+//
+// A window (fixed_window, sliding_window, sliding_log) takes as much of
+// cost as it has room for: its count never goes above the limit, and what
+// did not fit is reported short but not kept as debt, since a window
+// counts requests until it ends, not a rate a debt could be paid at.
 //
 // Debt is at most one burst: a key is never kept out longer than twice
 // the time its bucket takes to fill, however much it was charged. A token
@@ -134,9 +178,27 @@ func (s *Store) settleAt(now int64, req *limit.Request, delta int64) Settled {
 // it refills from then, so the debt is paid before any token is, and it
 // answers a take meanwhile as empty (its retry time then counts from the
 // end of the debt, which the answer does not know: a client told to retry
-// early is refused again). GCRA's theoretical arrival time moves past the
+// early is refused again). Charges add up: a bucket already in debt is
+// charged its debt and the new cost, still at most one burst. GCRA's theoretical arrival time moves past the
 // burst's reach, which GCRA answers exactly.
 func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.State, ttl, debt int64) {
+	switch l.Alg() {
+	case limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog:
+		// As much of cost as the window has room for: a window holds no
+		// debt, and its count never goes above the limit.
+		c := min(cost, l.Count)
+		o := limit.Evaluate(l, s, now, c)
+		if !o.Allowed {
+			if c = o.Remaining; c <= 0 {
+				return *s, 0, cost
+			}
+			o = limit.Evaluate(l, s, now, c)
+		}
+		return o.Next, o.TTL, cost - c
+	}
+	// More than two bursts leaves the same state as two: one burst spent
+	// and one of debt. Capped, cost × period stays exact.
+	cost = min(cost, 2*l.EffectiveBurst())
 	if l.Alg() == limit.GCRA {
 		perMs, perToken := units(l)
 		at := now * perMs
@@ -158,15 +220,23 @@ func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.St
 		credits = min(s.A, capacity)
 		if elapsed := now - s.B; elapsed > 0 {
 			credits = min(credits+elapsed*l.Count, capacity)
+		} else if elapsed < 0 {
+			// In debt until s.B: the debt counts against this charge, so
+			// that charges add up (to at most one burst).
+			credits = -min(-elapsed, full(l)) * l.Count
 		}
 	}
 	need := cost * p
-	full := (capacity + l.Count - 1) / l.Count // ms to refill an empty bucket
 	if credits >= need {
 		left := credits - need
 		return limit.State{Exists: true, A: left, B: now}, max((capacity-left+l.Count-1)/l.Count, 1), 0
 	}
 	short := min(need-credits, capacity) // at most one burst of debt
 	wait := (short + l.Count - 1) / l.Count
-	return limit.State{Exists: true, A: 0, B: now + wait}, wait + full, (short + p - 1) / p
+	return limit.State{Exists: true, A: 0, B: now + wait}, wait + full(l), (short + p - 1) / p
+}
+
+// full returns the ms a token bucket takes to fill from empty.
+func full(l *limit.Limit) int64 {
+	return (l.EffectiveBurst()*l.PeriodMillis() + l.Count - 1) / l.Count
 }

@@ -11,28 +11,31 @@ import (
 
 // BenchmarkSettle measures the settle path beside a plain take in the same
 // run: a take of the estimate alone, then with the rest taken, then with
-// the unused part given back.
+// the unused part given back; for a token bucket and the two window
+// counters.
 func BenchmarkSettle(b *testing.B) {
 	s := memstore.New(memstore.Config{})
-	lim := []limit.Limit{{Name: "s", Count: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}}
 	ctx := context.Background()
-	for _, bc := range []struct {
-		name  string
-		delta int64
-	}{{"take", 0}, {"take+rest", 3}, {"take+giveback", -1}} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			req := &limit.Request{Key: "k:bench", Cost: 2, Limits: lim}
-			for b.Loop() {
-				if _, err := s.Take(ctx, req); err != nil {
-					b.Fatal(err)
-				}
-				if bc.delta != 0 {
-					if _, err := s.Settle(ctx, req, bc.delta); err != nil {
+	for _, alg := range []limit.Algorithm{limit.TokenBucket, limit.FixedWindow, limit.SlidingWindow} {
+		lim := []limit.Limit{{Name: "s", Count: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000, Algorithm: alg}}
+		for _, bc := range []struct {
+			name  string
+			delta int64
+		}{{"take", 0}, {"take+rest", 3}, {"take+giveback", -1}} {
+			b.Run(string(alg)+"/"+bc.name, func(b *testing.B) {
+				b.ReportAllocs()
+				req := &limit.Request{Key: "k:bench", Cost: 2, Limits: lim}
+				for b.Loop() {
+					if _, err := s.Take(ctx, req); err != nil {
 						b.Fatal(err)
 					}
+					if bc.delta != 0 {
+						if _, err := s.Settle(ctx, req, bc.delta); err != nil {
+							b.Fatal(err)
+						}
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -79,10 +79,34 @@ func peekLeft(t *testing.T, s *memstore.Store, l limit.Limit) int64 {
 	return d.Remaining
 }
 
-func TestSettleRefusesWindows(t *testing.T) {
-	s := memstore.New(memstore.Config{})
-	req := &limit.Request{Key: "k:a", Limits: []limit.Limit{{Name: "w", Count: 5, Period: time.Second, Algorithm: limit.FixedWindow}}}
-	if _, err := s.Settle(context.Background(), req, 3); err == nil {
-		t.Errorf("settle of a fixed window: got no error")
+// TestSettleWindows settles the window algorithms: the rest taken and
+// the unused part given back exactly, the count never above the limit
+// (what did not fit is reported, not kept) nor below zero.
+func TestSettleWindows(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog} {
+		t.Run(string(alg), func(t *testing.T) {
+			s := memstore.New(memstore.Config{Now: limittest.NewClock(time.Unix(1_700_000_000, 0)).Now})
+			l := limit.Limit{Name: "w", Count: 10, Period: time.Minute, Algorithm: alg}
+			req := &limit.Request{Key: "k:a", Cost: 2, Limits: []limit.Limit{l}}
+			if d, err := s.Take(ctx, req); err != nil || !d.Allowed {
+				t.Fatalf("estimate: %+v, %v", d, err)
+			}
+			for _, st := range []struct{ delta, wantDebt, wantLeft int64 }{
+				{+3, 0, 5},   // the rest taken
+				{-1, 0, 6},   // the unused part given back
+				{+9, 3, 0},   // never above the limit
+				{+1, 1, 0},   // a full window takes nothing
+				{-20, 0, 10}, // never below zero
+			} {
+				got, err := s.Settle(ctx, req, st.delta)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if left := peekLeft(t, s, l); got.Debt != st.wantDebt || left != st.wantLeft {
+					t.Errorf("settle %+d: debt %d, %d left; want debt %d, %d left", st.delta, got.Debt, left, st.wantDebt, st.wantLeft)
+				}
+			}
+		})
 	}
 }

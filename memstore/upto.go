@@ -20,7 +20,7 @@ import (
 // instant. Shadow limits (limit.Limit.Shadow) take the cost, once, and
 // never limit the grant.
 func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
-	if err := req.Validate(); err != nil {
+	if err := usable(req); err != nil {
 		return 0, limit.Decision{}, err
 	}
 	if want < 1 {
@@ -44,6 +44,7 @@ func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, li
 	defer sh.Unlock()
 	var stack [8]limit.Result
 	rs := results(stack[:0], req)
+	counts := chargeOwed(sh, now, req)
 	for try := max(want, cost); try > cost; {
 		d := take(sh, now, req, try, false, rs)
 		if d.Allowed {
@@ -54,6 +55,9 @@ func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, li
 		try = min(try-1, d.Remaining)
 	}
 	d := take(sh, now, req, cost, false, rs)
+	if counts && !d.Allowed {
+		chargeRefusal(sh, now, req, &d, rs)
+	}
 	takeShadow(sh, now, req, &d, rs)
 	d.Results = limit.NewResults(rs)
 	if !d.Allowed {

@@ -41,7 +41,7 @@ type serverStats struct{ calls, usec, cpu float64 }
 
 // readStats reads the standalone server's counters: commandstats of
 // EVALSHA and FCALL summed, and used CPU.
-func readStats(b *testing.B) serverStats {
+func readStats(b testing.TB) serverStats {
 	v, err := standalone.Do(context.Background(), "INFO", "all")
 	if err != nil {
 		b.Fatal(err)
@@ -72,7 +72,7 @@ func readStats(b *testing.B) serverStats {
 	return st
 }
 
-func parseFloat(b *testing.B, s string) float64 {
+func parseFloat(b testing.TB, s string) float64 {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
 		b.Fatalf("INFO field %q: %v", s, err)

@@ -28,9 +28,6 @@ var giveBack = rueidis.NewLuaScript(giveBackScript)
 // were in use between the take and the give-back: a take of the same key
 // meanwhile saw them gone. Errors are Take's.
 func (s *Store) GiveBack(ctx context.Context, req *limit.Request) error {
-	if err := req.Validate(); err != nil {
-		return err
-	}
 	if s.closed.Load() {
 		return errClosed
 	}

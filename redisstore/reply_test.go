@@ -60,14 +60,8 @@ func TestParseStates(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseStates(nil, tt.states, tt.limits)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("got %v, %v; want an error with %q", got, err, tt.wantErr)
-				}
+			if checkErr(t, got, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %d outcomes, want %d", len(got), len(tt.want))
@@ -86,5 +80,66 @@ func TestParseStates(t *testing.T) {
 		if err != nil || !sameOutcome(got[0], o) {
 			t.Errorf("cost %d: got %+v, %v; want %+v", cost, got, err, o)
 		}
+	}
+}
+
+// checkErr fails the test unless err is what a case wants: an error with
+// wantErr in it, or none when wantErr is empty. It reports whether the case
+// ends there, with the error it wanted.
+func checkErr(t *testing.T, got []limit.Outcome, err error, wantErr string) bool {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("got %v, %v; want an error with %q", got, err, wantErr)
+		}
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return false
+}
+
+// packOne builds the 32-byte reply to a take of one limit that is not a
+// token bucket, as lua/take.lua packs it.
+func packOne(v ...float64) string {
+	var b []byte
+	for _, f := range v {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	return string(b)
+}
+
+// TestParseOne checks how the reply to a take of one window limit at its
+// cost becomes the grant and the outcome, and that anything else is an
+// error naming what is wrong.
+func TestParseOne(t *testing.T) {
+	tests := []struct {
+		name        string
+		reply       string
+		wantGranted int64
+		want        limit.Outcome
+		wantErr     string
+	}{
+		{"allowed", packOne(1, 7, 0, 30_000), 3, limit.Outcome{Allowed: true, Remaining: 7, ResetAfter: 30_000}, ""},
+		{"refused", packOne(0, 1, 1500, 30_000), 0, limit.Outcome{Remaining: 1, RetryAfter: 1500, ResetAfter: 30_000}, ""},
+		{"never", packOne(0, 0, -1, 30_000), 0, limit.Outcome{RetryAfter: -1, ResetAfter: 30_000}, ""},
+		{"short", packOne(1, 7, 0), 0, limit.Outcome{}, "reply of 24 bytes"},
+		{"fraction", packOne(1, 0.5, 0, 1), 0, limit.Outcome{}, "reply value 1 is 0.5"},
+		{"NaN", packOne(1, 1, 0, math.NaN()), 0, limit.Outcome{}, "reply value 3"},
+		{"allowed twice", packOne(2, 1, 0, 1), 0, limit.Outcome{}, "allowed is 2"},
+		{"negative remaining", packOne(1, -1, 0, 1), 0, limit.Outcome{}, "must not be negative"},
+		{"allowed with a wait", packOne(1, 1, 5, 1), 0, limit.Outcome{}, "allowed 1 with retry 5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			granted, got, err := parseOne(nil, tt.reply, 3)
+			if checkErr(t, got, err, tt.wantErr) {
+				return
+			}
+			if granted != tt.wantGranted || len(got) != 1 || !sameOutcome(got[0], tt.want) {
+				t.Errorf("got %d, %+v; want %d, %+v", granted, got, tt.wantGranted, tt.want)
+			}
+		})
 	}
 }

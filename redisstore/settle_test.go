@@ -10,9 +10,10 @@ import (
 	"github.com/sluice-rl/sluice/redisstore"
 )
 
-// TestSettle settles estimates up and down, into debt and back, on a
-// standalone server and a cluster, and requires every answer and debt
-// memstore's Settle gives on the same clock.
+// TestSettle settles estimates up and down, into debt and back (a window:
+// up to its limit and down to zero), for every algorithm, on a standalone
+// server and a cluster, and requires every answer and debt memstore's
+// Settle gives on the same clock.
 func TestSettle(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -24,7 +25,7 @@ func TestSettle(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			red := newStore(t, redisstore.Config{Addrs: tg.addrs, Now: clock})
 			mem := memstore.New(memstore.Config{Now: clock})
-			for _, alg := range []limit.Algorithm{limit.TokenBucket, limit.GCRA} {
+			for _, alg := range limit.Algorithms {
 				req := &limit.Request{Key: uniqueKey(t), Cost: 3, Limits: []limit.Limit{
 					{Name: "a", Count: 10, Period: time.Second, Algorithm: alg},
 					{Name: "b", Count: 100, Period: time.Minute, Burst: 20, Algorithm: alg},
@@ -82,7 +83,50 @@ func TestSettleDebtOnRedisClock(t *testing.T) {
 	if d.Allowed || d.Remaining != 0 {
 		t.Errorf("a take right after: got %+v, want refused with nothing left", d)
 	}
-	if _, err := red.Settle(ctx, &limit.Request{Key: req.Key, Limits: []limit.Limit{{Name: "w", Count: 1, Period: time.Second, Algorithm: limit.FixedWindow}}}, 1); err == nil {
-		t.Errorf("settle of a fixed window: got no error")
+}
+
+// TestSettleWindowOnRedisClock settles sliding and fixed windows under
+// Redis's own clock: the rest taken and the unused part given back
+// exactly, never above the limit nor below zero, and a sliding window's
+// state still expires when it stops weighing, its window's start plus two
+// periods, which the next take tells the time by.
+func TestSettleWindowOnRedisClock(t *testing.T) {
+	ctx := context.Background()
+	red := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	for _, alg := range []limit.Algorithm{limit.SlidingWindow, limit.FixedWindow, limit.SlidingLog} {
+		t.Run(string(alg), func(t *testing.T) {
+			l := limit.Limit{Name: "w", Count: 10, Period: time.Hour, Algorithm: alg}
+			req := &limit.Request{Key: uniqueKey(t), Cost: 2, Limits: []limit.Limit{l}}
+			left := func() int64 {
+				t.Helper()
+				d := take(t, red, &limit.Request{Key: req.Key, Cost: 11, Limits: req.Limits})
+				return d.Remaining
+			}
+			take(t, red, req)
+			for _, st := range []struct{ delta, wantDebt, wantLeft int64 }{
+				{+3, 0, 5},   // the rest taken
+				{-1, 0, 6},   // the unused part given back
+				{+9, 3, 0},   // never above the limit
+				{-20, 0, 10}, // never below zero
+			} {
+				got, err := red.Settle(ctx, req, st.delta)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Debt != st.wantDebt || left() != st.wantLeft {
+					t.Errorf("settle %+d: debt %d, %d left; want debt %d, %d left", st.delta, got.Debt, left(), st.wantDebt, st.wantLeft)
+				}
+			}
+			if alg != limit.SlidingWindow {
+				return
+			}
+			rkey := red.RedisKey(req.Key, &l)
+			take(t, red, req)
+			red.Settle(ctx, req, 1)
+			ws := readBucket(t, rkey).credits
+			if at := redisInt(t, "PEXPIRETIME", rkey); at != ws+2*time.Hour.Milliseconds() {
+				t.Errorf("after a settle, expires at %d, want the window's start %d plus two periods", at, ws)
+			}
+		})
 	}
 }

@@ -326,3 +326,57 @@ func TestNodeErrorInAScript(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingWindowClockFromExpiry checks that a take of one sliding window
+// under Redis's clock tells the time from its key's expiry, which is its
+// window's start plus two periods, rather than reading TIME: moving the
+// expiry to half a period from now is, to the take, half a period into the
+// next window, where the full window before weighs half. An expiry that
+// cannot be the state's (none at all) is not trusted, and the take reads
+// the clock: the same window, still full. An allowed take in the same
+// window keeps the key's expiry.
+func TestSlidingWindowClockFromExpiry(t *testing.T) {
+	s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+	l := limit.Limit{Name: "w", Count: 10, Period: time.Minute, Algorithm: limit.SlidingWindow}
+	req := &limit.Request{Key: uniqueKey(t), Cost: 10, Limits: []limit.Limit{l}}
+	rkey := s.RedisKey(req.Key, &l)
+	if d := take(t, s, req); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("filling the window: got %+v, want allowed with 0 left", d)
+	}
+	ws := readBucket(t, rkey).credits // the window's start, first of the three
+	if at := redisInt(t, "PEXPIRETIME", rkey); at != ws+2*60_000 {
+		t.Fatalf("expires at %d, want the window's start %d plus two periods", at, ws)
+	}
+
+	req.Cost = 1
+	redisInt(t, "PERSIST", rkey)
+	if d := take(t, s, req); d.Allowed {
+		t.Errorf("without an expiry (Redis's clock, the same full window): got %+v, want refused", d)
+	}
+	redisInt(t, "PEXPIREAT", rkey, fmt.Sprint(ws+2*60_000))
+	redisInt(t, "PEXPIRE", rkey, "30000")
+	if d := take(t, s, req); !d.Allowed || d.Remaining != 4 {
+		t.Errorf("expiry half a period away (half into the next window, 10 before weighing 5): got allowed %v remaining %d, want allowed with 4 left", d.Allowed, d.Remaining)
+	}
+	st := readBucket(t, rkey)
+	if st.credits != ws+60_000 || st.ttl != 1 || st.last != 10 {
+		t.Errorf("state after the take: window %d, %d taken, %d before; want %d, 1, 10", st.credits, st.ttl, st.last, ws+60_000)
+	}
+	if at := redisInt(t, "PEXPIRETIME", rkey); at != ws+3*60_000 {
+		t.Errorf("expires at %d, want the new window's start %d plus two periods", at, ws+60_000)
+	}
+
+	// Another key, its expiry moved to read as half into its window: a take
+	// there keeps it, where one written with PXAT would move it back.
+	req = &limit.Request{Key: uniqueKey(t), Cost: 1, Limits: []limit.Limit{l}}
+	rkey = s.RedisKey(req.Key, &l)
+	take(t, s, req)
+	redisInt(t, "PEXPIRE", rkey, "90000")
+	at := redisInt(t, "PEXPIRETIME", rkey)
+	if d := take(t, s, req); !d.Allowed || d.Remaining != 8 {
+		t.Errorf("second take of the window: got allowed %v remaining %d, want allowed with 8 left", d.Allowed, d.Remaining)
+	}
+	if got := redisInt(t, "PEXPIRETIME", rkey); got != at {
+		t.Errorf("after a take in the same window, expires at %d, want %d kept", got, at)
+	}
+}

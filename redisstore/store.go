@@ -405,17 +405,28 @@ type scratch struct {
 
 // build fills keys and args for a take of cost to want tokens (see
 // lua/take.lua for the layout): a key per limit, then one argument,
-// "<cost> <want>;<limit>;<limit>...", a shadow limit ending in " shadow",
-// and now in ms when it is not 0 (a test clock).
+// "<cost> <want>[ <refused>];<limit>;<limit>...", a shadow limit ending in
+// " shadow" and one that counts refusals in " refusals", and now in ms
+// when it is not 0 (a test clock). A want of 0 builds a settle of the
+// cost instead: "settle <cost>;<limit>..."
 func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 	b, ends := sc.buf[:0], sc.ends[:0]
 	for i := range req.Limits {
 		b = appendKey(b, prefix, req.Key, &req.Limits[i])
 		ends = append(ends, len(b))
 	}
-	b = strconv.AppendInt(b, req.EffectiveCost(), 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, want, 10)
+	if want == 0 {
+		b = append(b, "settle "...)
+		b = strconv.AppendInt(b, req.EffectiveCost(), 10)
+	} else {
+		b = strconv.AppendInt(b, req.EffectiveCost(), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, want, 10)
+		if req.Refused > 0 {
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, req.Refused, 10)
+		}
+	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		b = append(b, ';')
@@ -428,6 +439,8 @@ func (sc *scratch) build(prefix string, req *limit.Request, now, want int64) {
 		b = strconv.AppendInt(b, l.EffectiveBurst(), 10)
 		if l.Shadow {
 			b = append(b, " shadow"...)
+		} else if l.CountRefusals {
+			b = append(b, " refusals"...)
 		}
 	}
 	ends = append(ends, len(b))
@@ -465,8 +478,15 @@ func (s *Store) putScratch(sc *scratch) {
 }
 
 // Take implements limit.Store: one call on the node that holds the
-// request key's slot. Errors wrap ErrTimeout, ErrUnavailable or ErrReply,
-// except an invalid request, which is refused before any I/O.
+// request key's slot. Errors wrap ErrTimeout, ErrUnavailable or ErrReply.
+// req must be valid (limit.Request.Validate), as the limit.Store contract
+// says: the store does not check it again. It refuses only what would make
+// it fail or corrupt a state in Redis, with an error matching
+// limit.ErrInvalid: a request without limits or of a negative cost, or
+// (from the script, once
+// per distinct limit) a rate, period or burst below 1 or too large to
+// count exactly. A caller above no validating layer (pipeline.Pipeline
+// validates) calls limit.Request.Validate first.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	_, d, err := s.take(ctx, req, 0)
 	return d, err
@@ -480,9 +500,6 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // when it is zero, d is the refusal Take would have given req. A want below
 // the cost means the cost. Errors are Take's.
 func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
-	if err := req.Validate(); err != nil {
-		return 0, limit.Decision{}, err
-	}
 	if want < 1 {
 		return 0, limit.Decision{}, fmt.Errorf("redisstore: want %d tokens: must be at least 1", want)
 	}
@@ -492,8 +509,12 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (g
 // take is Take and TakeUpTo: a take of req's cost, or of up to want tokens
 // when want is larger.
 func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
-	if err := req.Validate(); err != nil {
-		return 0, limit.Decision{}, err
+	if len(req.Limits) == 0 || req.Cost < 0 {
+		// The one check of a request the store takes as valid: a call
+		// needs a key to route by, and a grant a cost to start from. What
+		// would corrupt a state (a zero rate or period, a count past 2^53)
+		// the script refuses once per distinct limit (lua/take.lua, spec).
+		return 0, limit.Decision{}, fmt.Errorf("redisstore: request of cost %d and %d limits cannot be taken (limit.Request.Validate): %w", req.Cost, len(req.Limits), limit.ErrInvalid)
 	}
 	if s.closed.Load() {
 		return 0, limit.Decision{}, errClosed
@@ -521,9 +542,13 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	msg, err := resp.ToMessage()
 	if err == nil {
 		if msg.IsString() {
-			granted = want
 			states, _ := msg.ToString()
-			sc.outs, err = parseStates(sc.outs[:0], states, req.Limits)
+			if len(req.Limits) == 1 && req.Limits[0].Alg() != limit.TokenBucket {
+				granted, sc.outs, err = parseOne(sc.outs[:0], states, cost)
+			} else {
+				granted = want
+				sc.outs, err = parseStates(sc.outs[:0], states, req.Limits)
+			}
 		} else {
 			var msgs []rueidis.RedisMessage
 			if msgs, err = msg.ToArray(); err == nil {
@@ -572,6 +597,52 @@ func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]l
 	return outs, nil
 }
 
+// oneSize is the length of the reply to a take of one limit that is not a
+// token bucket at its cost: allowed, remaining, retry and reset, four
+// little-endian float64s (lua/take.lua).
+const oneSize = 32
+
+// parseOne checks and converts the reply to a take of cost from one limit
+// that is not a token bucket (see lua/take.lua), as parseReply does the
+// array form. It returns the tokens granted: cost when allowed.
+func parseOne(outs []limit.Outcome, reply string, cost int64) (int64, []limit.Outcome, error) {
+	if len(reply) != oneSize {
+		return 0, outs, fmt.Errorf("reply of %d bytes, want %d for one limit", len(reply), oneSize)
+	}
+	var v [4]int64
+	for i := range v {
+		// The conversion stays on the stack: Uint64 does not keep its slice.
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*i : 8*i+8])))
+		v[i] = int64(f)
+		if float64(v[i]) != f || f < -1 || f >= 1<<53 {
+			return 0, outs, fmt.Errorf("reply value %d is %v, want an integer from -1 to 2^53", i, f)
+		}
+	}
+	o, err := outcome(0, v)
+	if err != nil {
+		return 0, outs, err
+	}
+	if !o.Allowed {
+		cost = 0
+	}
+	return cost, append(outs, o), nil
+}
+
+// outcome checks limit i's answer in a reply, allowed (1/0), remaining,
+// retry and reset ms, and converts it.
+func outcome(i int, v [4]int64) (limit.Outcome, error) {
+	allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
+	switch {
+	case allowed != 0 && allowed != 1:
+		return limit.Outcome{}, fmt.Errorf("limit %d: allowed is %d, want 0 or 1", i, allowed)
+	case remaining < 0 || reset < 0:
+		return limit.Outcome{}, fmt.Errorf("limit %d: remaining %d and reset %d ms must not be negative", i, remaining, reset)
+	case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
+		return limit.Outcome{}, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
+	}
+	return limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}, nil
+}
+
 // parseReply checks the reply of a take of cost to want tokens for limits
 // (see lua/take.lua) and converts it, so that limit.DecideRequest combines
 // it as it does for every store. It returns the tokens granted, which the
@@ -593,17 +664,12 @@ func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, limits []limi
 		for j := range v {
 			v[j], _ = msgs[1+4*i+j].ToInt64()
 		}
-		allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
-		switch {
-		case allowed != 0 && allowed != 1:
-			return 0, outs, fmt.Errorf("limit %d: allowed is %d, want 0 or 1", i, allowed)
-		case remaining < 0 || reset < 0:
-			return 0, outs, fmt.Errorf("limit %d: remaining %d and reset %d ms must not be negative", i, remaining, reset)
-		case allowed == 1 && retry != 0, allowed == 0 && retry < -1:
-			return 0, outs, fmt.Errorf("limit %d: allowed %d with retry %d ms", i, allowed, retry)
+		o, err := outcome(i, v)
+		if err != nil {
+			return 0, outs, err
 		}
-		allowedAll = allowedAll && (allowed == 1 || limits[i].Shadow)
-		outs = append(outs, limit.Outcome{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retry, ResetAfter: reset})
+		allowedAll = allowedAll && (o.Allowed || limits[i].Shadow)
+		outs = append(outs, o)
 	}
 	if allowedAll && (granted < cost || granted > want) || !allowedAll && granted != 0 {
 		return 0, outs, fmt.Errorf("reply grants %d tokens (all enforced limits allowed: %v) for a take of %d to %d", granted, allowedAll, cost, want)
@@ -649,6 +715,9 @@ func classify(err error) error {
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
+		if strings.Contains(msg, "sluice: invalid limit") {
+			return limit.ErrInvalid // the script's guard (lua/take.lua, spec)
+		}
 		_, moved := re.IsRedirect()
 		if moved || re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() || nodeWide(msg) {
 			return ErrUnavailable

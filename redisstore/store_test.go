@@ -91,6 +91,40 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestRefusalsCount runs the cases of refusals that count on every
+// target, and counts the calls: a refused request that counts costs the
+// one call that refused it, and a request carrying earlier refusals
+// (Request.Refused) one call too.
+func TestRefusalsCount(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			limittest.RunRefusals(t, func(t *testing.T, now func() time.Time) limit.Store {
+				return newStore(t, redisstore.Config{Addrs: tg.addrs(), Now: now})
+			})
+		})
+	}
+	t.Run("OwnClock", func(t *testing.T) {
+		s := newStore(t, redisstore.Config{Addrs: []string{standalone.Addr()}})
+		l := limit.Limit{Name: "s", Count: 1, Period: time.Minute, Burst: 2, CountRefusals: true}
+		req := &limit.Request{Key: uniqueKey(t), Cost: 2, Limits: []limit.Limit{l}}
+		take(t, s, req)
+		req.Cost = 1
+		before := readStats(t).calls
+		for i := range 5 {
+			if d := take(t, s, req); d.Allowed || d.RetryAfter < time.Minute {
+				t.Fatalf("retry %d of an empty bucket of 1 a minute: %+v, want refused with at least a minute to wait", i+1, d)
+			}
+		}
+		if calls := readStats(t).calls - before; calls != 5 {
+			t.Errorf("5 refused requests that count: %v script calls, want 5", calls)
+		}
+		v, err := standalone.Do(t.Context(), "PTTL", s.RedisKey(req.Key, &l))
+		if ttl, _ := v.(int64); err != nil || ttl < 4*60_000-1000 {
+			t.Errorf("PTTL after 5 refusals that count: %v, %v; want at least 4 minutes (a burst of debt, then the bucket's fill)", v, err)
+		}
+	})
+}
+
 func TestDetectsMode(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -556,22 +590,27 @@ func TestErrors(t *testing.T) {
 	ok := &limit.Request{Key: "k", Limits: []limit.Limit{l}}
 	take(t, s, ok)
 
-	t.Run("InvalidRequestBeforeIO", func(t *testing.T) {
+	// The store takes requests as valid (limit.Store) and refuses only
+	// what would make it fail, before any I/O, or corrupt a state, in the
+	// script: both match limit.ErrInvalid.
+	t.Run("InvalidRequest", func(t *testing.T) {
 		if err := srv.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		defer srv.Cont()
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		for _, req := range []*limit.Request{
-			{Key: "k"},
-			{Key: "k", Cost: -1, Limits: []limit.Limit{l}},
-			{Key: "k", Limits: []limit.Limit{{Name: "s", Count: 1, Period: time.Second, Algorithm: "leaky"}}},
-			{Key: "k", Limits: []limit.Limit{l, l}},
+		_, err := s.Take(ctx, &limit.Request{Key: "k"})
+		srv.Cont()
+		if !errors.Is(err, limit.ErrInvalid) {
+			t.Errorf("a request without limits to a stopped server: got %v, want limit.ErrInvalid without I/O", err)
+		}
+		for _, bad := range []limit.Limit{
+			{Name: "s", Count: 0, Period: time.Second},
+			{Name: "s", Count: 1, Period: time.Microsecond},
+			{Name: "s", Count: 1 << 52, Period: time.Second},
 		} {
-			_, err := s.Take(ctx, req)
-			if err == nil || errors.Is(err, redisstore.ErrTimeout) || errors.Is(err, redisstore.ErrUnavailable) {
-				t.Errorf("invalid request %+v to a stopped server: got %v, want a validation error without I/O", req, err)
+			if _, err := s.Take(t.Context(), &limit.Request{Key: "k", Limits: []limit.Limit{bad}}); !errors.Is(err, limit.ErrInvalid) {
+				t.Errorf("limit %+v: got %v, want limit.ErrInvalid from the script's guard", bad, err)
 			}
 		}
 	})

@@ -44,3 +44,5 @@ ALGS['fixed_window'] = function(key, now, cost, count, period, burst)
   -- clock stepped back, that is later than reset says.
   return 1, remaining - cost, 0, reset, fmt('%d %d', ws, used), ws + period - caller
 end
+
+CHARGE['fixed_window'] = window_charge(ALGS['fixed_window'])

@@ -26,23 +26,32 @@ local function gcra_gcd(a, b)
   return a
 end
 
-ALGS['gcra'] = function(key, now, cost, count, period, burst)
+-- gcra_state reads the state under key of a GCRA limit at now: the
+-- limit's units (per ms, per token), its capacity and now in those units,
+-- and the theoretical arrival time, now for a key never seen or expired (a
+-- full bucket).
+local function gcra_state(key, now, count, period, burst)
   local g = gcra_gcd(count, period)
   -- g divides both exactly, so these quotients are exact integers.
   local per_ms, per_token = count / g, period / g
-  local capacity = burst * per_token
   local at = now * per_ms
-  local debt = 0 -- a key never seen, or expired, is a full bucket
+  local tat = at
   local stored = call('GET', key)
   if stored then
-    local tat = tonumber(string.match(stored, '^(%-?%d+)$'))
-    if not tat then
+    local t = tonumber(string.match(stored, '^(%-?%d+)$'))
+    if not t then
       bad_state(key, stored)
     end
-    if tat > at then
-      debt = tat - at
+    if t > at then
+      tat = t
     end
   end
+  return per_ms, per_token, burst * per_token, at, tat
+end
+
+ALGS['gcra'] = function(key, now, cost, count, period, burst)
+  local per_ms, per_token, capacity, at, tat = gcra_state(key, now, count, period, burst)
+  local debt = tat - at
   local reset = ceildiv(debt, per_ms)
   -- A burst lowered (or, in the same units, a rate raised) since the last
   -- take can leave more debt than the new capacity: then nothing is left,
@@ -61,4 +70,20 @@ ALGS['gcra'] = function(key, now, cost, count, period, burst)
   reset = ceildiv(debt, per_ms)
   local tat = at + debt
   return 1, floordiv(capacity - debt, per_token), 0, reset, fmt('%d', tat), math.max(reset, 1)
+end
+
+-- GCRA's charge, as memstore.SettleState: the theoretical arrival time
+-- moves on by the cost, at most one burst past the bucket's reach, which
+-- GCRA then answers as it is.
+CHARGE['gcra'] = function(key, now, cost, count, period, burst)
+  local per_ms, per_token, capacity, at, tat = gcra_state(key, now, count, period, burst)
+  tat = math.min(tat + math.min(cost, 2 * burst) * per_token, at + 2 * capacity)
+  local short, retry = 0, 0
+  if tat - at > capacity then
+    short = ceildiv(tat - at - capacity, per_token)
+  end
+  if tat - at > capacity - cost * per_token then
+    retry = ceildiv(tat - at - (capacity - cost * per_token), per_ms)
+  end
+  return fmt('%d', tat), math.max(ceildiv(tat - at, per_ms), 1), short, retry
 end

@@ -90,3 +90,5 @@ ALGS['sliding_log'] = function(key, now, cost, count, period, burst)
     call('PEXPIRE', key, fmt('%d', expire_ms(now + period - caller)))
   end, 0
 end
+
+CHARGE['sliding_log'] = window_charge(ALGS['sliding_log'])

@@ -19,9 +19,18 @@
 -- text "<start> <this> <before>" never reads this format, nor this one the
 -- text.
 
+-- The state is written to expire when it stops weighing, at its window's
+-- start plus two periods, and only ever at that instant (take.lua writes
+-- it with PXAT; a give-back keeps its TTL). So when take.lua passes no now
+-- (one limit under Redis's clock, what rls sends), the key's PTTL tells
+-- Redis's clock: a PTTL is cheaper than TIME, whose reply is a table of two
+-- strings to convert. A PTTL out of (0, 2 periods] (no expiry, one that
+-- passed during the call, or a clock stepped back) is not trusted: TIME
+-- then. The time used is the seventh value returned, and the eighth is
+-- true when the key's expiry, told by its PTTL, is already the one to
+-- write: the window has not moved, so take.lua writes with KEEPTTL.
 ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
-  local stored_ws, stored_cur, stored_prev
-  local caller = now -- the time asked about, before any standing still
+  local stored_ws, stored_cur, stored_prev, keep
   local stored = call('GET', key)
   if stored then
     if #stored ~= 24 then
@@ -33,10 +42,21 @@ ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
             stored_prev >= 0 and stored_prev < 2^53 and stored_prev % 1 == 0) then
       bad_state(key, stored)
     end
-    -- A clock that stepped back stands still at the stored window.
-    if stored_ws > now then
-      now = stored_ws
+    if not now then
+      local pttl = call('PTTL', key)
+      if pttl > 0 and pttl <= 2 * period then
+        now = stored_ws + 2 * period - pttl
+        keep = true
+      end
     end
+  end
+  if not now then
+    now = redis_now()
+  end
+  local caller = now -- the time asked about, before any standing still
+  -- A clock that stepped back stands still at the stored window.
+  if stored and stored_ws > now then
+    now = stored_ws
   end
   local ws = floordiv(now, period) * period
   local cur, prev = 0, 0
@@ -69,5 +89,7 @@ ALGS['sliding_window'] = function(key, now, cost, count, period, burst)
   cur = cur + cost
   -- This window's count weighs on the next one too: keep it until then,
   -- counted from the caller's time (see alg_fixed_window.lua).
-  return 1, remaining - cost, 0, reset, spack('<ddd', ws, cur, prev), ws + 2 * period - caller
+  return 1, remaining - cost, 0, reset, spack('<ddd', ws, cur, prev), ws + 2 * period - caller, caller, keep and ws == stored_ws
 end
+
+CHARGE['sliding_window'] = window_charge(ALGS['sliding_window'])

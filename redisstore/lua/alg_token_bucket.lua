@@ -98,3 +98,54 @@ local function tb_fresh(want, count, period, burst, now)
   local _, _, _, _, value, ttl = ALGS['token_bucket'](nil, now, want, count, period, burst, false, nil)
   return value, ttl
 end
+
+-- A token bucket's charge, as memstore.SettleState: credits left, or in
+-- debt no credits and a last take in the future (now + the debt's refill
+-- time), with ttl running to last + the time to fill, so that the value
+-- tells its next take the time by its expiry as every value does: the
+-- elapsed time is negative until the debt is paid, and the bucket refills
+-- from then. cost is capped at two bursts: more leaves the same state.
+CHARGE['token_bucket'] = function(key, now, cost, count, period, burst)
+  local capacity = burst * period
+  local credits = capacity
+  local v = call('GET', key)
+  if v then
+    local c, ttl, last = tb_state(key, v)
+    credits = math.min(c, capacity)
+    local elapsed = now - last
+    if not test_clock and ttl > 0 and last == 0 then
+      -- Written with PX ttl, without the time: ttl less PTTL is the time
+      -- since (no expiry, which only a hand outside sluice sets: full).
+      local pttl = call('PTTL', key)
+      elapsed = FULL
+      if pttl >= 0 then
+        elapsed = ttl - pttl
+      end
+    end
+    if elapsed > 0 then
+      if elapsed >= ceildiv(capacity - credits, count) then
+        credits = capacity
+      else
+        credits = credits + elapsed * count
+      end
+    elseif elapsed < 0 then
+      -- In debt until last: the debt counts against this charge, so that
+      -- charges add up (to at most one burst).
+      credits = -math.min(-elapsed, ceildiv(capacity, count)) * count
+    end
+  end
+  local need = math.min(cost, 2 * burst) * period
+  if credits >= need then
+    local left = credits - need
+    local ttl = math.max(ceildiv(capacity - left, count), 1)
+    local retry = 0
+    if left < cost * period then
+      retry = ceildiv(cost * period - left, count)
+    end
+    return tb_value(left, ttl, now), ttl, 0, retry
+  end
+  local lack = math.min(need - credits, capacity) -- at most one burst of debt
+  local wait = ceildiv(lack, count)
+  local full = ceildiv(capacity, count)
+  return tb_value(0, full, now + wait), wait + full, ceildiv(lack, period), wait + ceildiv(cost * period, count)
+end

@@ -20,7 +20,9 @@
 -- stored and elapsed are what take.lua read for a token bucket: the
 -- credits stored (false for no bucket) and the ms since; the other
 -- algorithms read their own keys. now is nil when the call has not read
--- the clock, which only a token bucket can be given. An algorithm reads
+-- the clock, which only a token bucket and a sliding window can be given:
+-- the sliding window then tells the time from its key (and returns the
+-- time it used as a seventh value, for the write). An algorithm reads
 -- its state but never writes it. For an allowed take it returns the new
 -- state instead: value, a string, that take.lua writes with its ttl (ms
 -- from now, at least 1), or a function of no arguments that writes it (the
@@ -28,6 +30,43 @@
 -- request allowed. Values, not closures: a closure is an allocation per
 -- limit per call, and what is written is one command.
 local ALGS = {}
+
+-- CHARGE maps the name of an algorithm that can be charged to its charge:
+--   CHARGE[name] = function(key, now, cost, count, period, burst)
+--     -> value, ttl, short, retry_ms
+-- It takes cost tokens whatever the state under key holds (now is always
+-- known), leaving debt of at most one burst where it is short, and
+-- returns the state to write (take.lua writes it, as a take's), how many
+-- tokens it was short of, and the ms until a take of cost fits after it.
+-- A settle's positive delta and a refusal that counts
+-- (limit.Limit.CountRefusals) are charges. The window algorithms' charge
+-- is window_charge: their count never goes above the limit.
+local CHARGE = {}
+
+-- window_charge returns the charge of window algorithm alg (an ALGS
+-- function): as much of cost as the window has room for, the count never
+-- above the limit (a window holds no debt), the rest reported short. The
+-- state may be a function that writes itself (the sliding log's list), or
+-- nil when there was no room. Two passes of the algorithm at most: a
+-- settle is rare, and the algorithm is then the one place that knows its
+-- state.
+local function window_charge(alg)
+  return function(key, now, cost, count, period, burst)
+    local c = cost
+    if c > count then
+      c = count
+    end
+    local allowed, remaining, _, _, value, ttl = alg(key, now, c, count, period, burst)
+    if allowed ~= 1 then
+      if remaining <= 0 then
+        return nil, 0, cost, 0
+      end
+      c = remaining
+      allowed, remaining, _, _, value, ttl = alg(key, now, c, count, period, burst)
+    end
+    return value, ttl, cost - c, 0
+  end
+end
 
 -- call, fmt, floor, ceil, spack and sunpack are redis.call,
 -- string.format, math.floor, math.ceil and the struct library's pack and
@@ -78,10 +117,31 @@ local function ceildiv(a, b)
   return q
 end
 
+-- FULL is an elapsed time that refills any bucket: times any count it is
+-- at least 2^53, more than any capacity.
+local FULL = 2^53
+
 -- test_clock is true during a call whose caller passed the time (a second
 -- argument): only tests do, to drive a fake clock. Production passes none
 -- and the call reads Redis's own clock. take.lua sets it at every call.
 local test_clock = false
+
+-- last_s and last_ms cache the seconds of the last TIME read and their
+-- value in ms: the seconds change once a second, and the text of a string
+-- compares by identity in Lua, so most calls convert only the
+-- microseconds.
+local last_s, last_ms = nil, 0
+
+-- redis_now returns Redis's clock in Unix ms. Redis's, never the
+-- gateways': their clocks drift apart.
+local function redis_now()
+  local t = call('TIME')
+  local s = t[1]
+  if s ~= last_s then
+    last_s, last_ms = s, tonumber(s) * 1000
+  end
+  return last_ms + floor(tonumber(t[2]) / 1000)
+end
 
 -- expire_ms returns the PX to store a state with, given the algorithm's TTL
 -- in ms (the Outcome's TTL, at least 1). Redis expires keys by its own

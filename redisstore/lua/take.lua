@@ -1,25 +1,37 @@
 -- take.lua: the one entry of every take, after the prelude and the
--- algorithms: a Take (want = cost) and the TakeUpTo a token lease draws its
--- batches with (want > cost). script.go ends the library with a line that
--- registers take as a Redis function (FCALL), or, for a server without
--- functions, with one that calls it on KEYS and ARGV (EVALSHA).
+-- algorithms: a Take (want = cost), the TakeUpTo a token lease draws its
+-- batches with (want > cost), and a settle (a charge of every limit).
+-- script.go ends the library with a line that registers take as a Redis
+-- function (FCALL), or, for a server without functions, with one that
+-- calls it on KEYS and ARGV (EVALSHA).
 --
 -- keys[i]  the state of limit i: <prefix>{<encoded request key>}:<bucket id>
--- args[1]   '<cost> <want>;<limit 1>;<limit 2>...', want at least cost (the
---           most tokens to take), each limit '<algorithm> <count> <period
---           ms> <burst>', and ' shadow' after it for a shadow limit. One argument, parsed once per distinct text and
---           then found by it: each argument is a string Redis hands the
---           call, and a fleet sends few distinct texts.
+-- args[1]   '<cost> <want>[ <refused>];<limit 1>;<limit 2>...', want at
+--           least cost (the most tokens to take), refused the cost of
+--           refusals a gateway answered from memory, charged first to the
+--           limits that count refusals (limit.Request.Refused); or
+--           'settle <delta>;<limit 1>...', a settle, which replies the
+--           most tokens any limit was short of. Each limit '<algorithm>
+--           <count> <period ms> <burst>', then ' shadow' for a shadow
+--           limit or ' refusals' for one whose refusals count. One
+--           argument, parsed once per distinct text and then found by it
+--           (texts with refused or settle amounts are not kept): each
+--           argument is a string Redis hands the call, and a fleet sends
+--           few distinct texts.
 -- args[2]   now in Unix ms, for a test clock only; without it the call
 --           reads Redis's clock, and only when it needs one.
 --
--- Reply, in one of two forms:
+-- Reply, in one of three forms:
 -- - when every limit is a token bucket and all gave want tokens, the
 --   values just written, limit by limit (24 bytes each, see
 --   alg_token_bucket.lua): Go derives remaining and reset from the credits
 --   left as limit.Evaluate does, and the grant is want. This is the reply
 --   of nearly every take that passes, and formatting nothing is the
 --   cheapest reply there is.
+-- - for a take of one enforced limit of another algorithm at its cost
+--   (want = cost, Redis's clock), 32 bytes: allowed, remaining, retry_ms
+--   and reset_ms as little-endian doubles, integers all; the grant is the
+--   cost when allowed. What rls sends for each descriptor.
 -- - otherwise a flat array of integers: granted (0 when refused, else cost
 --   to want), then for each limit allowed (1/0), remaining, retry_ms,
 --   reset_ms.
@@ -64,9 +76,6 @@ local SPECS, nspecs, RECORDS, nrecords, CACHE_MAX = {}, 0, {}, 0, 4096
 local LIM, STORED, ELAPSED, LAST, TTL, FRESH = {}, {}, {}, {}, {}, {}
 local OUT, VALUES, REPLY = {}, {}, {}
 
--- FULL is an elapsed time that refills any bucket: times any count it is
--- at least 2^53, more than any capacity.
-local FULL = 2^53
 
 -- fresh_by_nx is whether a bucket that does not exist may be created by
 -- one SET ... NX GET (Redis 7.0 and later) instead of GET then PSETEX (see
@@ -75,25 +84,11 @@ local FULL = 2^53
 -- false.
 local fresh_by_nx = false
 
--- last_s and last_ms cache the seconds of the last TIME read and their
--- value in ms: the seconds change once a second, and the text of a string
--- compares by identity in Lua, so most calls convert only the
--- microseconds.
-local last_s, last_ms = nil, 0
-
--- redis_now returns Redis's clock in Unix ms. Redis's, never the
--- gateways': their clocks drift apart.
-local function redis_now()
-  local t = call('TIME')
-  local s = t[1]
-  if s ~= last_s then
-    last_s, last_ms = s, tonumber(s) * 1000
-  end
-  return last_ms + floor(tonumber(t[2]) / 1000)
-end
-
 -- spec returns limit i's parsed spec {algorithm function, count, period,
--- burst, is a token bucket, lean, is a shadow limit}, from SPECS or by
+-- burst, is a token bucket, lean, is a shadow limit, tells its own clock
+-- (a sliding window, see alg_sliding_window.lua), a refusal charges it
+-- (' refusals', token buckets and GCRA only), its charge (CHARGE), its
+-- algorithm's name}, from SPECS or by
 -- parsing it. lean, from
 -- -8 to 8, says how this limit's buckets were recently found: a positive
 -- lean reads them with GET, the cheapest read of a bucket that exists; a
@@ -106,23 +101,35 @@ local function spec(text, i)
     return sp
   end
   local name, count, period, burst, mode = string.match(text, '^([%w_]+) (%d+) (%d+) (%d+)(.*)$')
-  if not name or mode ~= '' and mode ~= ' shadow' then
-    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. fmt('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>[ shadow]"'})
+  if not name or mode ~= '' and mode ~= ' shadow' and mode ~= ' refusals' then
+    error({err = 'ERR sluice: limit ' .. i .. ' is ' .. fmt('%q', text) .. ', want "<algorithm> <count> <period ms> <burst>[ shadow| refusals]"'})
   end
   local alg = ALGS[name]
   if not alg then
     error({err = 'ERR sluice: unknown algorithm ' .. fmt('%q', name)})
   end
+  -- Go takes requests as valid and checks nothing (limit.Store): the
+  -- script keeps its state from what would corrupt it, a division by
+  -- zero (NaN and infinities, which no later take could read) or a count
+  -- past 2^53 (no longer exact), once per distinct limit, here.
+  count, period, burst = tonumber(count), tonumber(period), tonumber(burst)
+  if count < 1 or period < 1 or burst < 1 or count * period >= 2^53 or burst * period >= 2^53 or
+     name == 'sliding_log' and count > 10000 then
+    error({err = 'ERR sluice: invalid limit ' .. i .. ': ' .. fmt('%q', text) .. ', want a rate, period and burst of at least 1, a rate or burst times the period below 2^53, and a sliding log of at most 10000 (limit.Limit.Validate)'})
+  end
   if nspecs >= CACHE_MAX then
     SPECS, nspecs = {}, 0
   end
-  sp = {alg, tonumber(count), tonumber(period), tonumber(burst), name == 'token_bucket', 0, mode ~= ''}
+  sp = {alg, count, period, burst, name == 'token_bucket', 0, mode == ' shadow', name == 'sliding_window',
+        mode == ' refusals' and CHARGE[name] ~= nil and (name == 'token_bucket' or name == 'gcra'), CHARGE[name], name}
   SPECS[text], nspecs = sp, nspecs + 1
   return sp
 end
 
 -- record returns the parsed first argument {cost, want, n, spec 1 ..
--- spec n}, from RECORDS or by parsing text. A one-bucket record gains two
+-- spec n, owed = the refused cost to charge first (0 for none), settle =
+-- whether the call is a settle, counts = whether a refusal charges any
+-- limit}, from RECORDS or by parsing text. A one-bucket record gains two
 -- more at its first use under Redis's clock: the value and PX a take of
 -- want writes in a missing bucket (take's first path).
 local function record(text)
@@ -130,18 +137,29 @@ local function record(text)
   if r then
     return r
   end
-  local cost, want, rest = string.match(text, '^(%d+) (%d+)(;.+)$')
-  cost, want = tonumber(cost), tonumber(want)
+  local head, rest = string.match(text, '^([^;]*)(;.+)$')
+  local cost, want, owed = string.match(head or '', '^(%d+) (%d+) ?(%d*)$')
+  local settle = false
+  if not cost then
+    cost = string.match(head or '', '^settle (%d+)$')
+    want, owed, settle = cost, '', true
+  end
+  cost, want, owed = tonumber(cost), tonumber(want), tonumber(owed) or 0
   if not cost or cost < 1 or want < cost then
-    error({err = 'ERR sluice: arguments ' .. fmt('%q', text) .. ', want "<cost> <want>;<limit>..." with 1 <= cost <= want'})
+    error({err = 'ERR sluice: arguments ' .. fmt('%q', text) .. ', want "<cost> <want>[ <refused>];<limit>..." with 1 <= cost <= want, or "settle <delta>;<limit>..."'})
   end
   r = {cost, want, 0}
   local n = 0
   for limit in string.gmatch(rest, ';([^;]*)') do
     n = n + 1
     r[3 + n] = spec(limit, n)
+    r.counts = r.counts or r[3 + n][9]
   end
   r[3] = n
+  r.owed, r.settle = owed, settle
+  if owed > 0 or settle then
+    return r -- amounts vary: not worth a place in the cache
+  end
   if nrecords >= CACHE_MAX then
     RECORDS, nrecords = {}, 0
   end
@@ -278,6 +296,40 @@ local function needs_clock(n)
   return written > 1
 end
 
+-- RETRY[i] is limit i's wait after a charge (charge), reused.
+local RETRY = {}
+
+-- charge takes c tokens at now, whatever they hold, from the enforced
+-- limits of record r (only from those a refusal charges, with refusals),
+-- writes their states, and returns the most tokens any was short of;
+-- RETRY[i] is then limit i's wait for a take of the cost. A limit whose
+-- algorithm has no charge raises an error before anything is written.
+local function charge(keys, n, r, c, now, refusals)
+  for i = 1, n do
+    local sp = r[3 + i]
+    if not sp[7] and not refusals and not sp[10] then
+      error({err = 'ERR sluice: limit ' .. i .. ' is a ' .. sp[11] .. ', which cannot be settled'})
+    end
+  end
+  local short = 0
+  for i = 1, n do
+    local sp = r[3 + i]
+    if not sp[7] and (sp[9] or not refusals) then
+      local value, ttl, s, retry = sp[10](keys[i], now, c, sp[2], sp[3], sp[4])
+      if type(value) == 'function' then
+        value()
+      elseif value then
+        write(keys[i], value, ttl, now)
+      end
+      if s > short then
+        short = s
+      end
+      RETRY[i] = retry
+    end
+  end
+  return short
+end
+
 -- general is take for every call but the usual one: read every token
 -- bucket, learn the clock if it must, run the algorithms, write all or
 -- nothing, reply. It may have created buckets by SET NX (FRESH) when it
@@ -360,6 +412,20 @@ local function general(keys, n, r, cost, want, now)
       FRESH[i] = false
     end
   end
+  if all ~= 1 and r.counts then
+    -- Refusals count: the cost is charged here, in the call that refused,
+    -- and a limit that refused says when the request fits after it.
+    if not now then
+      now = redis_now()
+    end
+    charge(keys, n, r, cost, now, true)
+    for i = 1, n do
+      local o = 6 * i - 5
+      if LIM[i][9] and OUT[o] ~= 1 and OUT[o + 2] >= 0 and RETRY[i] > OUT[o + 2] then
+        OUT[o + 1], OUT[o + 2] = 0, RETRY[i]
+      end
+    end
+  end
   if all == 1 then
     if buckets and grant == want and sall == 1 then
       if n == 1 then
@@ -404,7 +470,21 @@ local function take(keys, args)
       return redis.error_reply('ERR sluice: now is ' .. fmt('%q', args[2]) .. ', not a number')
     end
   end
-  if n == 1 and r[4][5] and not r[4][7] and not test_clock then
+  if r.settle then
+    -- A settle: the true cost is known after the response, and cost more
+    -- is taken from every enforced limit whatever it holds. The reply is
+    -- the most tokens any limit was short of.
+    return charge(keys, n, r, cost, now or redis_now(), false)
+  end
+  if r.owed > 0 then
+    -- Refusals a gateway answered from memory, charged before this
+    -- request is decided, in the same call.
+    now = now or redis_now()
+    charge(keys, n, r, r.owed, now, true)
+  end
+  if r.counts then
+    -- Refusals count: the general path, which charges a refusal.
+  elseif n == 1 and r[4][5] and not r[4][7] and not test_clock then
     -- One token bucket under Redis's clock, the usual call: no tables, and
     -- no error can follow a write.
     local sp, key = r[4], keys[1]
@@ -434,25 +514,30 @@ local function take(keys, args)
     -- creates is full, and gives want): the general path's passes, which
     -- read the bucket again.
   end
-  if n == 1 and not r[4][5] and not r[4][7] and want == cost and not test_clock then
+  if not r.counts and n == 1 and not r[4][5] and not r[4][7] and want == cost and not test_clock then
     -- One enforced limit of a window algorithm (or GCRA) under Redis's
     -- clock, taken at its cost: what rls sends for each descriptor. One
     -- pass, no tables filled, no pcall: the algorithm raises any error
-    -- before the one write.
+    -- before the one write. A sliding window reads the clock itself, from
+    -- its key's PTTL (alg_sliding_window.lua). The reply is the limit's
+    -- answer packed in 32 bytes (see the top of this file): one string
+    -- measured cheaper for Redis to reply than an array of five integers.
     local sp, key = r[4], keys[1]
-    local at = redis_now()
-    local allowed, remaining, retry, reset, value, ttl = sp[1](key, at, cost, sp[2], sp[3], sp[4])
-    REPLY[1] = 0
+    local at
+    if not sp[8] then
+      at = redis_now()
+    end
+    local allowed, remaining, retry, reset, value, ttl, used, keep = sp[1](key, at, cost, sp[2], sp[3], sp[4])
     if allowed == 1 then
-      if type(value) == 'function' then
+      if keep then
+        call('SET', key, value, 'KEEPTTL')
+      elseif type(value) == 'function' then
         value()
       else
-        write(key, value, ttl, at)
+        write(key, value, ttl, at or used)
       end
-      REPLY[1] = cost
     end
-    REPLY[2], REPLY[3], REPLY[4], REPLY[5], REPLY[6] = allowed, remaining, retry, reset, nil
-    return REPLY
+    return spack('<dddd', allowed, remaining, retry, reset)
   end
   for i = 1, n do
     FRESH[i] = false
