@@ -10,8 +10,8 @@
 // decision never depends on which store made it; the conformance suite in
 // limit/limittest checks this.
 //
-// The client is rueidis: it pipelines concurrent commands on a few
-// connections per node without being asked, discovers a cluster from any
+// The client is rueidis: it pipelines concurrent commands on one
+// connection per node without being asked, discovers a cluster from any
 // seed address and follows its slot map. The take is loaded once into
 // every node as a Redis function library (FUNCTION LOAD) and called with
 // FCALL; a server older than Redis 7 runs it as a script by digest
@@ -94,7 +94,8 @@ type Config struct {
 	// gather the takes that arrive meanwhile into the next one (rueidis's
 	// MaxFlushDelay). Under load that means fewer system calls per take,
 	// at the cost of up to FlushDelay of latency; see docs/redis.md for
-	// figures. Zero means no delay and rueidis's default connections.
+	// figures. Zero means no delay. Either way each node gets one
+	// connection (see onePipe in connect.go).
 	FlushDelay time.Duration
 	// Wrap, if set, wraps each client the store dials before its first
 	// use, for instance with tracing.Redis for a span per command; the
@@ -235,11 +236,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
 		ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
 	}
-	if cfg.FlushDelay > 0 {
-		// One connection per node (2^-1 rounds to one), so that takes
-		// queue on one writer and the delay gathers them.
-		s.opt.PipelineMultiplex, s.opt.MaxFlushDelay = -1, cfg.FlushDelay
-	}
+	s.opt.MaxFlushDelay = cfg.FlushDelay
 	if cfg.MasterSet != "" {
 		s.opt.Sentinel = rueidis.SentinelOption{MasterSet: cfg.MasterSet, Dialer: net.Dialer{Timeout: dial},
 			ClientName: "sluice", TopologyRefreshInterval: max(s.refresh, 0)}
