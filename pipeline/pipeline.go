@@ -130,6 +130,11 @@ func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 		return p, nil
 	}
 	sc := *cfg.Shares
+	if sc.GiveBack == nil && p.redis != nil {
+		// The layers between share and Redis (guard, leases) give nothing
+		// back; a grant goes back to Redis, where the take drew it from.
+		sc.GiveBack = p.redis
+	}
 	if sc.Logger == nil {
 		sc.Logger = cfg.Logger
 	}
@@ -217,6 +222,25 @@ func (p *Pipeline) Take(ctx context.Context, req *limit.Request) (limit.Decision
 		}
 	}
 	return p.top.Take(ctx, req)
+}
+
+// GiveBack returns the grants of a take of req that another part of the
+// same answer undid (sluice rls gives back a request's granted descriptors
+// when one refuses): through the region share layer when there is one, so
+// that each limit is scaled as the take scaled it, else to Redis, else to
+// the in-process store. A grant a lease answered goes back to Redis, which
+// the lease drew it from.
+func (p *Pipeline) GiveBack(ctx context.Context, req *limit.Request) error {
+	switch {
+	case p.shares != nil:
+		return p.shares.GiveBack(ctx, req)
+	case p.redis != nil:
+		return p.redis.GiveBack(ctx, req)
+	}
+	if g, ok := p.top.(share.GiveBacker); ok {
+		return g.GiveBack(ctx, req)
+	}
+	return errors.New("pipeline: the in-process store cannot give back")
 }
 
 // Redis returns the Redis store at the bottom of the stack, or nil when the

@@ -85,3 +85,58 @@ func TestSharesRate(t *testing.T) {
 		t.Errorf("got %d admitted, want 18: a burst of 9, then 3.333 a second for 2.95 s", admitted)
 	}
 }
+
+// TestGiveBackThroughShares takes a region's whole share of a bucket
+// through the stack, gives one request's grant back through the pipeline
+// and takes again: the grant reaches the scaled bucket the take drew from
+// (one more admitted), and giving back more than was taken never lifts the
+// bucket above the region's share of its burst.
+func TestGiveBackThroughShares(t *testing.T) {
+	srv := redistest.Standalone(t)
+	for _, tc := range []struct {
+		name  string
+		redis redisstore.Config
+	}{{"redis", redisstore.Config{Addrs: []string{srv.Addr()}}}, {"in process", redisstore.Config{}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPipeline(t, pipeline.Config{Redis: tc.redis, Guard: guard.Config{Timeout: calm}, Fleet: limit.Fleet{Gateways: 1},
+				NoLeases: true, Shares: &share.Config{Regions: 3}})
+			if err := p.Shares().Set(&share.Table{Version: 1, Default: 250_000}); err != nil {
+				t.Fatal(err)
+			}
+			for _, alg := range limit.Algorithms {
+				req := &limit.Request{Key: "k:giveback-" + tc.name + "-" + string(alg),
+					Limits: []limit.Limit{{Name: "h", Count: 40, Period: time.Hour, Algorithm: alg}}}
+				take := func() int {
+					n := 0
+					for range 40 {
+						d, err := p.Take(t.Context(), req)
+						if err != nil {
+							t.Fatalf("%s: %v", alg, err)
+						}
+						if d.Allowed {
+							n++
+						}
+					}
+					return n
+				}
+				if got := take(); got != 10 {
+					t.Fatalf("%s: got %d admitted, want 10: a quarter of 40", alg, got)
+				}
+				if err := p.GiveBack(t.Context(), req); err != nil {
+					t.Fatalf("%s: give back: %v", alg, err)
+				}
+				if got := take(); got != 1 {
+					t.Errorf("%s: got %d admitted after one give-back, want 1: the grant went elsewhere than the scaled bucket", alg, got)
+				}
+				for range 20 {
+					if err := p.GiveBack(t.Context(), req); err != nil {
+						t.Fatalf("%s: give back: %v", alg, err)
+					}
+				}
+				if got := take(); got != 10 {
+					t.Errorf("%s: got %d admitted after 20 give-backs, want 10: the region's share of the burst, no more", alg, got)
+				}
+			}
+		})
+	}
+}

@@ -80,8 +80,9 @@ type Config struct {
 	// descriptors all or nothing, and the whole domain lives on one Redis
 	// Cluster shard. False, the default, keys each descriptor on its own,
 	// unless there is nothing to give grants back with (GiveBack nil and
-	// Store neither a GiveBacker nor a stack over redisstore: a decision
-	// stack in process), when a domain stays one key.
+	// Store neither a GiveBacker, as memstore, redisstore and
+	// pipeline.Pipeline are, nor a stack over redisstore), when a domain
+	// stays one key.
 	OneKeyPerDomain bool
 	// ShadowMode answers OK to every request that is not malformed, as
 	// envoyproxy/ratelimit's global SHADOW_MODE does: descriptors are
@@ -155,6 +156,9 @@ func New(cfg Config) (*Service, error) {
 	// Calls to Redis wait for the network, so a request's go at once;
 	// calls to memory take a microsecond, less than starting goroutines.
 	_, s.parallel = s.giver.(*redisstore.Store)
+	if st, ok := cfg.Store.(interface{ Redis() *redisstore.Store }); ok && st.Redis() != nil {
+		s.parallel = true
+	}
 	if s.nearRatio == 0 {
 		s.nearRatio = 0.8
 	}
@@ -170,7 +174,8 @@ func New(cfg Config) (*Service, error) {
 }
 
 // giverOf returns what gives back store's grants: store itself when it
-// can, else the Redis store under a decision stack (pipeline.Pipeline),
+// can (memstore, redisstore, and pipeline.Pipeline, which gives back
+// through its region shares), else the Redis store under a decision stack,
 // where its grants come from; nil when neither.
 func giverOf(store limit.Store) GiveBacker {
 	if g, ok := store.(GiveBacker); ok {
