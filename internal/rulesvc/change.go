@@ -46,6 +46,17 @@ type Published = admin.Published
 // before it; the key is per schema.
 const writeLockSQL = "SELECT pg_advisory_xact_lock(hashtext('sluice.write.' || current_schema()))"
 
+// commitAnswer commits c and answers the request with status, the snapshot
+// published and the changed thing as it is after.
+func (s *Service) commitAnswer(w http.ResponseWriter, r *http.Request, status int, c change) error {
+	out, pub, err := s.commit(r.Context(), c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, changed{Snapshot: pub, After: out.after})
+	return nil
+}
+
 // commit runs c in one transaction.
 func (s *Service) commit(ctx context.Context, c change) (outcome, Published, error) {
 	var out outcome

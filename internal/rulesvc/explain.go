@@ -1,6 +1,7 @@
 package rulesvc
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,9 +49,7 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 	if err := rules.CheckKey(key); err != nil {
 		return badRequest("key", "%v", err)
 	}
-	if method == "" {
-		method = http.MethodGet
-	}
+	method = cmp.Or(method, http.MethodGet)
 	if path == "" || path[0] != '/' {
 		return badRequest("path", "%q is not a request path starting with /", path)
 	}
