@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -62,9 +63,7 @@ func Explain(cfg ExplainConfig) (http.Handler, error) {
 		}
 		q := r.URL.Query()
 		method, path := q.Get("method"), q.Get("path")
-		if method == "" {
-			method = http.MethodGet
-		}
+		method = cmp.Or(method, http.MethodGet)
 		if path == "" || path[0] != '/' {
 			writeExplainError(w, http.StatusBadRequest, "path", "path "+strconv.Quote(path)+" is not a request path starting with /")
 			return
