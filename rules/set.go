@@ -36,7 +36,6 @@ type Set struct {
 	byMatch map[matchKey][]compiled
 	ip      []compiled
 	hasOrg  bool // some rule has scope org
-	hasConc bool // some rule sets a concurrency limit
 	// resolved caches Resolve's answers by resolveKey (*resolved values).
 	// It holds at most one entry per plan and endpoint, per key with key
 	// rules, and for requests without a key: bounded by the rules.
@@ -209,7 +208,6 @@ func Compile(doc Document, version int64) (*Set, error) {
 			}
 		}
 		s.hasOrg = s.hasOrg || r.Scope == ScopeOrg
-		s.hasConc = s.hasConc || r.Concurrency > 0
 		if r.Scope == ScopeIP {
 			s.ip = append(s.ip, c)
 		} else {
@@ -409,10 +407,6 @@ type ConcurrencyLimit struct {
 	// request it would refuse passes and is reported.
 	Shadow bool
 }
-
-// HasConcurrency reports whether any rule of s sets a concurrency limit,
-// so that a gateway skips the lookup otherwise.
-func (s *Set) HasConcurrency() bool { return s.hasConc }
 
 // Key returns what the directory knows of an API key.
 func (s *Set) Key(apiKey string) (KeyInfo, bool) {
