@@ -13,8 +13,9 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
-// explainSets keeps the stable snapshot compiled for explain, so that a
-// question compiles the set once per version rather than once per call.
+// explainSets keeps the stable snapshot compiled for explain and usage, so
+// that a question compiles the set once per version rather than once per
+// call.
 type explainSets struct {
 	mu  sync.Mutex
 	set *rules.Set // of the last version asked about; guarded by mu
@@ -30,11 +31,11 @@ func (e *explainSets) compiled(sn *snap) (*rules.Set, error) {
 	}
 	var doc rules.Document
 	if err := json.Unmarshal(sn.doc, &doc); err != nil {
-		return nil, fmt.Errorf("explain: decode snapshot %d: %w", sn.version, err)
+		return nil, fmt.Errorf("decode snapshot %d: %w", sn.version, err)
 	}
 	set, err := rules.Compile(doc, sn.version)
 	if err != nil {
-		return nil, fmt.Errorf("explain: compile snapshot %d: %w", sn.version, err)
+		return nil, fmt.Errorf("compile snapshot %d: %w", sn.version, err)
 	}
 	e.set = set
 	return set, nil
