@@ -161,9 +161,6 @@ func (sl Slot) Release() {
 	})
 }
 
-// Held reports whether the slot holds anything to release.
-func (sl Slot) Held() bool { return sl.s != nil }
-
 // newID returns a random slot ID: 16 hex digits, unique enough that two
 // gateways' slots of one key never collide.
 func newID() string {
