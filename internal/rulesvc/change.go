@@ -272,16 +272,7 @@ func chooseCanaries(ids []string, version int64, fraction float64) []string {
 		return binary.BigEndian.Uint64(h.Sum(nil))
 	}
 	sorted := slices.Clone(ids)
-	slices.SortFunc(sorted, func(a, b string) int {
-		ra, rb := rank(a), rank(b)
-		switch {
-		case ra < rb:
-			return -1
-		case ra > rb:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(sorted, func(a, b string) int { return cmp.Compare(rank(a), rank(b)) })
 	n := max(1, int(math.Ceil(fraction*float64(len(ids)))))
 	return sorted[:n]
 }
