@@ -126,8 +126,7 @@ func (u Upstream) Transport() (*http.Transport, error) {
 
 // transport is Transport with the TLS configuration already loaded.
 func (u Upstream) transport(tlsConfig *tls.Config) *http.Transport {
-	idle := u.IdleConns
-	idle = cmp.Or(idle, DefaultUpstreamIdleConns)
+	idle := cmp.Or(u.IdleConns, DefaultUpstreamIdleConns)
 	dialer := &net.Dialer{Timeout: bound(u.DialTimeout, DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,

@@ -191,9 +191,7 @@ func ruleFields(rule rules.Rule) (match, lims []byte, expires *time.Time, mode, 
 		t := rule.ExpiresAt.UTC()
 		expires = &t
 	}
-	mode, failMode = string(rule.Mode), string(rule.FailMode)
-	mode = cmp.Or(mode, string(rules.Enforce))
-	failMode = cmp.Or(failMode, string(rules.FailOpen))
+	mode, failMode = string(cmp.Or(rule.Mode, rules.Enforce)), string(cmp.Or(rule.FailMode, rules.FailOpen))
 	return match, lims, expires, mode, failMode, nil
 }
 

@@ -46,11 +46,10 @@ func (e *explainSets) compiled(sn *snap) (*rules.Set, error) {
 // store (Config.Store) and the refusals the gateways reported.
 func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) error {
 	q := r.URL.Query()
-	key, method, path := q.Get("key"), q.Get("method"), q.Get("path")
+	key, method, path := q.Get("key"), cmp.Or(q.Get("method"), http.MethodGet), q.Get("path")
 	if err := rules.CheckKey(key); err != nil {
 		return badRequest("key", "%v", err)
 	}
-	method = cmp.Or(method, http.MethodGet)
 	if path == "" || path[0] != '/' {
 		return badRequest("path", "%q is not a request path starting with /", path)
 	}
