@@ -95,20 +95,12 @@ func readRule(ctx context.Context, q querier, id int64) (*RuleView, error) {
 
 // readRuleViews reads the rules a WHERE clause selects, in ID order.
 func readRuleViews(ctx context.Context, q querier, where string, args ...any) ([]RuleView, error) {
-	rows, err := q.Query(ctx, "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules "+where+" ORDER BY id", args...)
-	if err != nil {
-		return nil, fmt.Errorf("read rules: %w", err)
-	}
-	views, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RuleView, error) {
+	return collect(ctx, q, "rules", func(row pgx.CollectableRow) (RuleView, error) {
 		var v RuleView
 		var err error
 		v.Rule, v.Override, err = scanRule(row, &v.Version, &v.CreatedAt, &v.UpdatedAt)
 		return v, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read rules: %w", err)
-	}
-	return views, nil
+	}, "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules "+where+" ORDER BY id", args...)
 }
 
 func (s *Service) listRules(w http.ResponseWriter, r *http.Request, _ string) error {
@@ -403,18 +395,14 @@ func (s *Service) listAudit(w http.ResponseWriter, r *http.Request, _ string) er
 			*p = n
 		}
 	}
-	rows, err := s.pool.Query(r.Context(), `SELECT id, at, who, action, target, before, after, version FROM audit
-		WHERE id < $1 ORDER BY id DESC LIMIT $2`, before, min(limit, 1000))
-	if err != nil {
-		return fmt.Errorf("read audit: %w", err)
-	}
-	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
+	entries, err := collect(r.Context(), s.pool, "audit", func(row pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
 		err := row.Scan(&e.ID, &e.At, &e.Who, &e.Action, &e.Target, &e.Before, &e.After, &e.Version)
 		return e, err
-	})
+	}, `SELECT id, at, who, action, target, before, after, version FROM audit
+		WHERE id < $1 ORDER BY id DESC LIMIT $2`, before, min(limit, 1000))
 	if err != nil {
-		return fmt.Errorf("read audit: %w", err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
 	return nil

@@ -250,13 +250,9 @@ func promotedReason(emergency bool) string {
 // at least one, by a hash of the version and gateway ID: stable for a version,
 // different gateways for different versions.
 func (s *Service) pickCanaries(ctx context.Context, q querier, version int64) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM gateways WHERE `+liveGateways, s.cfg.GatewayTTL.Seconds())
+	ids, err := collect(ctx, q, "gateways", pgx.RowTo[string], `SELECT id FROM gateways WHERE `+liveGateways, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("read gateways: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read gateways: %w", err)
+		return nil, err
 	}
 	return chooseCanaries(ids, version, s.cfg.Canary.Fraction), nil
 }

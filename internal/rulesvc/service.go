@@ -476,13 +476,10 @@ func (s *Service) reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read halted rollouts: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT version FROM rollouts WHERE state IN ('halted', 'superseded') AND version > $1`, stableV)
+	withdrawn, err := collect(ctx, s.pool, "withdrawn rollouts", pgx.RowTo[int64],
+		`SELECT version FROM rollouts WHERE state IN ('halted', 'superseded') AND version > $1`, stableV)
 	if err != nil {
-		return fmt.Errorf("read withdrawn rollouts: %w", err)
-	}
-	withdrawn, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return fmt.Errorf("read withdrawn rollouts: %w", err)
+		return err
 	}
 	next.withdrawn = map[int64]bool{}
 	for _, v := range withdrawn {
