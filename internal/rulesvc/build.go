@@ -143,19 +143,15 @@ func (b *built) stamp(v int64) bool {
 }
 
 func readKeys(ctx context.Context, q querier) (map[string]rules.KeyInfo, error) {
-	rows, err := q.Query(ctx, "SELECT key, plan, org FROM api_keys ORDER BY key")
-	if err != nil {
-		return nil, fmt.Errorf("read keys: %w", err)
-	}
 	keys := map[string]rules.KeyInfo{}
 	var k string
 	var info rules.KeyInfo
-	_, err = pgx.ForEachRow(rows, []any{&k, &info.Plan, &info.Org}, func() error {
+	err := forEach(ctx, q, "keys", []any{&k, &info.Plan, &info.Org}, func() error {
 		keys[k] = info
 		return nil
-	})
+	}, "SELECT key, plan, org FROM api_keys ORDER BY key")
 	if err != nil {
-		return nil, fmt.Errorf("read keys: %w", err)
+		return nil, err
 	}
 	return keys, nil
 }
@@ -168,6 +164,19 @@ func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
 		ep.Cost = rules.Tokens(cost)
 		return ep, err
 	}, "SELECT name, method, path, case_sensitive, cost, cost_header FROM endpoints ORDER BY name")
+}
+
+// forEach runs a query and calls fn with each row scanned into dest; an
+// error names what it read.
+func forEach(ctx context.Context, q querier, what string, dest []any, fn func() error, sql string, args ...any) error {
+	rows, err := q.Query(ctx, sql, args...)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, dest, fn)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", what, err)
+	}
+	return nil
 }
 
 // collect runs a query and gathers its rows with fn; an error names what

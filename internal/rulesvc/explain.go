@@ -100,20 +100,13 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 // ruleVersions reads each stored rule's version: the snapshot that last
 // changed it.
 func (s *Service) ruleVersions(r *http.Request) (map[int64]int64, error) {
-	rows, err := s.pool.Query(r.Context(), "SELECT id, version FROM rules")
-	if err != nil {
-		return nil, fmt.Errorf("explain: read rule versions: %w", err)
-	}
-	defer rows.Close()
 	out := map[int64]int64{}
-	for rows.Next() {
-		var id, v int64
-		if err := rows.Scan(&id, &v); err != nil {
-			return nil, fmt.Errorf("explain: read rule versions: %w", err)
-		}
+	var id, v int64
+	err := forEach(r.Context(), s.pool, "rule versions", []any{&id, &v}, func() error {
 		out[id] = v
-	}
-	return out, rows.Err()
+		return nil
+	}, "SELECT id, version FROM rules")
+	return out, err
 }
 
 // refused answers GET /admin/v1/refused: the busiest refused keys of

@@ -521,21 +521,16 @@ func (s *Service) snapshot(ctx context.Context, v int64, old *state) (*snap, err
 const liveGateways = `last_seen > now() - make_interval(secs => $1) AND last_report > now() - make_interval(secs => $1)`
 
 func (s *Service) countFleet(ctx context.Context) (rulesapi.Fleet, error) {
-	rows, err := s.pool.Query(ctx, `SELECT region, count(*) FROM gateways WHERE `+liveGateways+` GROUP BY region`,
-		s.cfg.GatewayTTL.Seconds())
-	if err != nil {
-		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
-	}
 	f := rulesapi.Fleet{Regions: map[string]int{}}
 	var region string
 	var n int
-	_, err = pgx.ForEachRow(rows, []any{&region, &n}, func() error {
+	err := forEach(ctx, s.pool, "fleet", []any{&region, &n}, func() error {
 		f.Total += n
 		f.Regions[region] = n
 		return nil
-	})
+	}, `SELECT region, count(*) FROM gateways WHERE `+liveGateways+` GROUP BY region`, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
-		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
+		return rulesapi.Fleet{}, err
 	}
 	return f, nil
 }

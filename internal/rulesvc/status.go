@@ -34,29 +34,25 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 	if err != nil {
 		return err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT rule_id, key, total FROM (
-			SELECT rule_id, key, `+saturated("sum(hits)")+` AS total,
-				row_number() OVER (PARTITION BY rule_id ORDER BY sum(hits) DESC, key) AS rank
-			FROM shadow_hits WHERE at >= now() - make_interval(secs => $1) AND key <> ''
-			GROUP BY rule_id, key) t
-		WHERE rank <= 10 ORDER BY rule_id, rank`, since.Seconds())
-	if err != nil {
-		return fmt.Errorf("read shadow keys: %w", err)
-	}
 	at := map[int64]int{}
 	for i, sr := range out {
 		at[sr.Rule] = i
 	}
 	var id int64
 	var kc admin.KeyCount
-	_, err = pgx.ForEachRow(rows, []any{&id, &kc.Key, &kc.Count}, func() error {
+	err = forEach(ctx, s.pool, "shadow keys", []any{&id, &kc.Key, &kc.Count}, func() error {
 		if i, ok := at[id]; ok {
 			out[i].TopKeys = append(out[i].TopKeys, kc)
 		}
 		return nil
-	})
+	}, `SELECT rule_id, key, total FROM (
+			SELECT rule_id, key, `+saturated("sum(hits)")+` AS total,
+				row_number() OVER (PARTITION BY rule_id ORDER BY sum(hits) DESC, key) AS rank
+			FROM shadow_hits WHERE at >= now() - make_interval(secs => $1) AND key <> ''
+			GROUP BY rule_id, key) t
+		WHERE rank <= 10 ORDER BY rule_id, rank`, since.Seconds())
 	if err != nil {
-		return fmt.Errorf("read shadow keys: %w", err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"since": since.String(), "rules": out})
 	return nil
