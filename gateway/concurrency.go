@@ -36,9 +36,9 @@ func (h *held) release() {
 // never count against the enforced ones.
 const shadowSlotPrefix = "shadow:"
 
-// hold takes the request's concurrency slots, once Check has passed it:
-// the caller must release them when the response ends, however it ends.
-// A rule set without concurrency limits costs one flag read. The key's
+// hold takes the concurrency slots of the limits check resolved for the
+// request (p.conc), once check has passed it: the caller must release
+// them when the response ends, however it ends. The key's
 // limit counts its own requests, an org rule's every key of the org
 // (slots under the org's store key); the request needs a slot of both,
 // and a refused request holds none. It writes X-Concurrency-Limit and
@@ -47,33 +47,20 @@ const shadowSlotPrefix = "shadow:"
 // store cannot answer) when one has none. A shadow rule's limit holds
 // slots of its own; a request it would refuse passes and is reported as
 // a shadow refusal.
-func (l *Limiter) hold(w http.ResponseWriter, r *http.Request) (held, error) {
+func (l *Limiter) hold(w http.ResponseWriter, p *pending) (held, error) {
 	var h held
-	set := l.rules.Current()
-	if set == nil || !set.HasConcurrency() {
+	if len(p.conc) == 0 {
 		return h, nil
 	}
 	src, ok := storeAs[slotSource](l.store)
 	if !ok || src.Slots() == nil {
 		return h, nil
 	}
-	c, err := l.identify(r, set)
-	if err != nil {
-		return h, nil // Check answered it already
-	}
-	ep, _, err := set.MatchEndpoint(r.Method, r.URL.Path)
-	if err != nil {
-		return h, nil
-	}
-	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
-	if len(res.Concurrency) == 0 {
-		return h, nil
-	}
-	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version, plan: l.metrics.plan(set, res.Plan)}
+	cl, r := p.cl, p.cl.r
 	room := int64(-1) // the fewest slots left of an enforced limit
-	for i := range min(len(res.Concurrency), len(h)) {
-		cc := &res.Concurrency[i]
-		key := cmp.Or(cc.Key, c.key)
+	for i := range min(len(p.conc), len(h)) {
+		cc := &p.conc[i]
+		key := cmp.Or(cc.Key, cl.caller.key)
 		if cc.Shadow {
 			key = shadowSlotPrefix + key
 		}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -61,10 +62,7 @@ func Explain(cfg ExplainConfig) (http.Handler, error) {
 			return
 		}
 		q := r.URL.Query()
-		method, path := q.Get("method"), q.Get("path")
-		if method == "" {
-			method = http.MethodGet
-		}
+		method, path := cmp.Or(q.Get("method"), http.MethodGet), q.Get("path")
 		if path == "" || path[0] != '/' {
 			writeExplainError(w, http.StatusBadRequest, "path", "path "+strconv.Quote(path)+" is not a request path starting with /")
 			return

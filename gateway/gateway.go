@@ -153,9 +153,7 @@ func New(cfg Config) (*Limiter, error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
+	l.log = cmp.Or(l.log, slog.New(slog.DiscardHandler))
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{Now: l.now})
 	}
@@ -199,7 +197,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		// A concurrency slot is held until the response ends: success,
 		// upstream error, client gone or panic (gateway/concurrency.go).
-		slots, err := l.hold(w, r)
+		slots, err := l.hold(w, &p)
 		if err != nil {
 			WriteError(w, err)
 			return
@@ -254,7 +252,8 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) erro
 	}
 	res := set.Resolve(l.now(), rules.Query{APIKey: c.apiKey, Endpoint: ep.Name, LookedUp: true, Info: c.info, Known: c.known})
 	cl := call{r: r, caller: c, endpoint: ep.Name, version: set.Version, plan: l.metrics.plan(set, res.Plan)}
-	if p != nil && res.CostHeader != "" {
+	if p != nil {
+		p.cl, p.conc = cl, res.Concurrency
 		// Stripped from the response whatever happens; settled only when
 		// the store took the estimate (below).
 		p.header = res.CostHeader
@@ -304,7 +303,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) erro
 	SetRateHeaders(w.Header(), &b)
 	if d.Allowed {
 		if p != nil && res.CostHeader != "" {
-			p.key, p.limits, p.estimate, p.cl = req.Key, res.Limits, req.EffectiveCost(), cl
+			p.key, p.limits, p.estimate = req.Key, res.Limits, req.EffectiveCost()
 			if res.Org != "" {
 				// The org's store limits, renamed per key, live in the
 				// pooled request: copied, since it is reused once check

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -84,12 +85,8 @@ func WriteError(w http.ResponseWriter, err error) {
 	if p.Status < 400 || p.Status > 599 {
 		p.Status = http.StatusInternalServerError
 	}
-	if p.Type == "" {
-		p.Type = "about:blank"
-	}
-	if p.Title == "" {
-		p.Title = http.StatusText(p.Status)
-	}
+	p.Type = cmp.Or(p.Type, "about:blank")
+	p.Title = cmp.Or(p.Title, http.StatusText(p.Status))
 	body, jerr := json.Marshal(p)
 	if jerr != nil {
 		// A Problem holds only strings and integers; this cannot happen.

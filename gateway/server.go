@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,9 +22,7 @@ import (
 // another Upstream's for other sizes, timeouts or TLS files. logger may be
 // nil.
 func NewProxy(upstream *url.URL, logger *slog.Logger) *httputil.ReverseProxy {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger = cmp.Or(logger, slog.New(slog.DiscardHandler))
 	return &httputil.ReverseProxy{
 		Transport: Upstream{}.transport(nil),
 		Rewrite: func(pr *httputil.ProxyRequest) {

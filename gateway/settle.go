@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/keyhash"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/memstore"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // Settler settles a request's cost after its response, when the cost taken
@@ -34,14 +35,15 @@ const maxCost = 1 << 40
 // sent, and its trailers wait for the settle.
 const settleTimeout = 250 * time.Millisecond
 
-// pending is what a request to an endpoint with a cost header carries
-// from its check to its settle.
+// pending is what a request carries from its check to its concurrency
+// slots (hold) and, to an endpoint with a cost header, to its settle.
 type pending struct {
 	header   string // the endpoint's cost header; "" for none
 	key      string // the store key; "" when the estimate was not taken
 	limits   []limit.Limit
 	estimate int64
 	cl       call
+	conc     []rules.ConcurrencyLimit // the request's concurrency limits
 }
 
 // costWriter strips the cost header from the response, as a header or a

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -125,10 +126,7 @@ func (u Upstream) Transport() (*http.Transport, error) {
 
 // transport is Transport with the TLS configuration already loaded.
 func (u Upstream) transport(tlsConfig *tls.Config) *http.Transport {
-	idle := u.IdleConns
-	if idle == 0 {
-		idle = DefaultUpstreamIdleConns
-	}
+	idle := cmp.Or(u.IdleConns, DefaultUpstreamIdleConns)
 	dialer := &net.Dialer{Timeout: bound(u.DialTimeout, DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,

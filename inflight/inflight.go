@@ -70,9 +70,7 @@ func New(backend Backend, cfg Config) (*Slots, error) {
 	}
 	cfg.Timeout = cmp.Or(cfg.Timeout, time.Minute)
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, time.Second)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Slots{backend: backend, cfg: cfg, local: map[string]int64{}}, nil
 }
 
@@ -162,9 +160,6 @@ func (sl Slot) Release() {
 		}
 	})
 }
-
-// Held reports whether the slot holds anything to release.
-func (sl Slot) Held() bool { return sl.s != nil }
 
 // newID returns a random slot ID: 16 hex digits, unique enough that two
 // gateways' slots of one key never collide.

@@ -66,9 +66,7 @@ func New(adder Adder, cfg Config) (*Batcher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	b := &Batcher{core: NewCounter(cfg.Fleet.Size), adder: adder, cfg: cfg,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go b.run()

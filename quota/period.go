@@ -29,7 +29,6 @@ package quota
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -132,6 +131,3 @@ func (q *Quota) keyOf(key string) string {
 
 // Remaining returns what is left of count after used, never negative.
 func Remaining(count, used int64) int64 { return max(count-used, 0) }
-
-// itoa formats n for errors and names.
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

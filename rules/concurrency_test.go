@@ -32,9 +32,6 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !set.HasConcurrency() {
-		t.Fatal("HasConcurrency false")
-	}
 	for _, tt := range []struct {
 		key, endpoint string
 		want          int64

@@ -116,19 +116,19 @@ func (r Rate) fraction() (num, den int64, err error) {
 // text so that nothing is rounded on the way. Its errors are
 // *json.UnmarshalTypeError, which the decoder completes with the field's
 // path, with the problem and what to write in Value.
-func (r *Rate) UnmarshalJSON(b []byte) error {
-	text := string(b)
+func (r *Rate) UnmarshalJSON(b []byte) error { return unmarshalJSON[Rate](string(b), r.set) }
+
+// unmarshalJSON reads the JSON value text with set, a null leaving the
+// field as it is. An error describes the value a numeric field of type T
+// refuses.
+func unmarshalJSON[T any](text string, set func(string) error) error {
 	if text == "null" {
 		return nil
 	}
-	if err := r.set(text); err != nil {
-		return jsonError[Rate](text, err)
+	err := set(text)
+	if err == nil {
+		return nil
 	}
-	return nil
-}
-
-// jsonError describes a JSON value a numeric field of type T refuses.
-func jsonError[T any](text string, err error) error {
 	kind := "number " + text
 	switch text[0] {
 	case '"':
@@ -146,10 +146,16 @@ func jsonError[T any](text string, err error) error {
 // UnmarshalYAML implements yaml.Unmarshaler, so that a rate in a rules file
 // is read from its text, with the line in any error.
 func (r *Rate) UnmarshalYAML(node *yaml.Node) error {
+	return unmarshalYAML(node, r.set, "rate must be a number, such as 100 or 0.5")
+}
+
+// unmarshalYAML reads a YAML number with set; want says what to write
+// instead of another kind of value. An error names the line.
+func unmarshalYAML(node *yaml.Node, set func(string) error, want string) error {
 	if node.Kind != yaml.ScalarNode || node.Tag == "!!str" {
-		return fmt.Errorf("line %d: rate must be a number, such as 100 or 0.5", node.Line)
+		return fmt.Errorf("line %d: %s", node.Line, want)
 	}
-	if err := r.set(node.Value); err != nil {
+	if err := set(node.Value); err != nil {
 		return fmt.Errorf("line %d: %w", node.Line, err)
 	}
 	return nil
@@ -182,47 +188,30 @@ type Tokens int64
 // errNotWhole is the problem of a number of tokens that is not whole.
 var errNotWhole = errors.New("is not a whole number of tokens")
 
-// parseTokens reads a whole number of tokens as written.
-func parseTokens(text string) (Tokens, error) {
+// set reads a whole number of tokens as written.
+func (t *Tokens) set(text string) error {
 	digits := strings.TrimPrefix(text, "-")
 	if digits == "" || !allDigits(digits) {
 		if f, err := strconv.ParseFloat(digits, 64); err == nil && f == math.Trunc(f) && !strings.ContainsAny(digits, "eE") {
-			return 0, fmt.Errorf("%s %w: write %s", text, errNotWhole, strconv.FormatFloat(f, 'f', 0, 64))
+			return fmt.Errorf("%s %w: write %s", text, errNotWhole, strconv.FormatFloat(f, 'f', 0, 64))
 		} else if err == nil && f != math.Trunc(f) {
-			return 0, fmt.Errorf("%s %w: write %s or %s", text, errNotWhole,
+			return fmt.Errorf("%s %w: write %s or %s", text, errNotWhole,
 				strconv.FormatFloat(math.Floor(f), 'f', 0, 64), strconv.FormatFloat(math.Ceil(f), 'f', 0, 64))
 		}
-		return 0, fmt.Errorf("%s %w: write digits only%s", text, errNotWhole, suggestion(digits))
+		return fmt.Errorf("%s %w: write digits only%s", text, errNotWhole, suggestion(digits))
 	}
 	n, err := strconv.ParseInt(text, 10, 64)
 	if err != nil || n > maxWhole || n < -maxWhole {
-		return 0, fmt.Errorf("%s is beyond 2^53, the largest number of tokens sluice reads exactly", text)
+		return fmt.Errorf("%s is beyond 2^53, the largest number of tokens sluice reads exactly", text)
 	}
-	return Tokens(n), nil
+	*t = Tokens(n)
+	return nil
 }
 
 // UnmarshalJSON implements json.Unmarshaler.
-func (t *Tokens) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	v, err := parseTokens(string(b))
-	if err != nil {
-		return jsonError[Tokens](string(b), err)
-	}
-	*t = v
-	return nil
-}
+func (t *Tokens) UnmarshalJSON(b []byte) error { return unmarshalJSON[Tokens](string(b), t.set) }
 
 // UnmarshalYAML implements yaml.Unmarshaler, with the line in any error.
 func (t *Tokens) UnmarshalYAML(node *yaml.Node) error {
-	if node.Kind != yaml.ScalarNode || node.Tag == "!!str" {
-		return fmt.Errorf("line %d: want a whole number of tokens", node.Line)
-	}
-	v, err := parseTokens(node.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", node.Line, err)
-	}
-	*t = v
-	return nil
+	return unmarshalYAML(node, t.set, "want a whole number of tokens")
 }

@@ -36,7 +36,6 @@ type Set struct {
 	byMatch map[matchKey][]compiled
 	ip      []compiled
 	hasOrg  bool // some rule has scope org
-	hasConc bool // some rule sets a concurrency limit
 	// resolved caches Resolve's answers by resolveKey (*resolved values).
 	// It holds at most one entry per plan and endpoint, per key with key
 	// rules, and for requests without a key: bounded by the rules.
@@ -209,7 +208,6 @@ func Compile(doc Document, version int64) (*Set, error) {
 			}
 		}
 		s.hasOrg = s.hasOrg || r.Scope == ScopeOrg
-		s.hasConc = s.hasConc || r.Concurrency > 0
 		if r.Scope == ScopeIP {
 			s.ip = append(s.ip, c)
 		} else {
@@ -410,10 +408,6 @@ type ConcurrencyLimit struct {
 	Shadow bool
 }
 
-// HasConcurrency reports whether any rule of s sets a concurrency limit,
-// so that a gateway skips the lookup otherwise.
-func (s *Set) HasConcurrency() bool { return s.hasConc }
-
 // Key returns what the directory knows of an API key.
 func (s *Set) Key(apiKey string) (KeyInfo, bool) {
 	k, ok := s.keys[apiKey]
@@ -449,65 +443,12 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 		res.Plan = k.plan
 	}
 	cands, n := s.matching(k)
-	// Merge by limit name, the most specific rule winning.
-	type pick struct {
-		l    limit.Limit
-		r    *Rule
-		spec int
-	}
-	var enforced, shadow, orgEnforced, orgShadow []pick
-	type qpick struct {
-		q    quota.Quota
-		r    *Rule
-		spec int
-	}
-	// Quotas and concurrency limits merge in four groups, as limits do:
+	// Limits merge in four groups, as quotas and concurrency limits do:
 	// the key's, the org's, and the shadow ones of each (kindOf).
-	var quotas [4][]qpick
+	var limits [4][]pick[limit.Limit]
+	var quotas [4][]pick[quota.Quota]
 	var conc [4]ConcurrencyLimit
 	concSpec := [4]int{-1, -1, -1, -1}
-	mergeQuotas := func(c *compiled, kind int) {
-		spec := 2 * specificity(c.rule.Scope, c.rule.Match)
-		if !c.expires.IsZero() {
-			spec++
-		}
-		into := &quotas[kind]
-	next:
-		for _, q := range c.quotas {
-			if c.rule.Scope == ScopeOrg {
-				q.Key = OrgKeyPrefix + k.org
-			}
-			for i := range *into {
-				if (*into)[i].q.Name == q.Name {
-					if spec > (*into)[i].spec {
-						(*into)[i] = qpick{q, c.rule, spec}
-					}
-					continue next
-				}
-			}
-			*into = append(*into, qpick{q, c.rule, spec})
-		}
-	}
-	merge := func(into *[]pick, c *compiled) {
-		// Within one scope, a rule with an expiry is a temporary override of
-		// the permanent one, so it wins the tie.
-		spec := 2 * specificity(c.rule.Scope, c.rule.Match)
-		if !c.expires.IsZero() {
-			spec++
-		}
-	next:
-		for _, l := range c.limits {
-			for i := range *into {
-				if (*into)[i].l.Name == l.Name {
-					if spec > (*into)[i].spec {
-						(*into)[i] = pick{l, c.rule, spec}
-					}
-					continue next
-				}
-			}
-			*into = append(*into, pick{l, c.rule, spec})
-		}
-	}
 	var until time.Time
 	for _, cs := range cands[:n] {
 		for i := range cs {
@@ -518,71 +459,55 @@ func (s *Set) resolve(now time.Time, k resolveKey) *resolved {
 			if !c.expires.IsZero() && (until.IsZero() || c.expires.Before(until)) {
 				until = c.expires
 			}
-			kind := kindOf(c)
-			mergeQuotas(c, kind)
-			if cc := c.rule.Concurrency; cc > 0 {
-				spec := 2 * specificity(c.rule.Scope, c.rule.Match)
-				if !c.expires.IsZero() {
-					spec++
+			kind, spec := kindOf(c), rank(c)
+			mergeByName(&limits[kind], c.limits, c.rule, spec, func(l limit.Limit) string { return l.Name })
+			mergeByName(&quotas[kind], c.quotas, c.rule, spec, func(q quota.Quota) string { return q.Name })
+			if cc := c.rule.Concurrency; cc > 0 && spec > concSpec[kind] {
+				concSpec[kind], conc[kind] = spec, ConcurrencyLimit{Most: cc, Rule: c.rule, Shadow: c.shadow}
+				if c.rule.Scope == ScopeOrg {
+					conc[kind].Key = OrgKeyPrefix + k.org
 				}
-				if spec > concSpec[kind] {
-					concSpec[kind], conc[kind] = spec, ConcurrencyLimit{Most: cc, Rule: c.rule, Shadow: c.shadow}
-					if c.rule.Scope == ScopeOrg {
-						conc[kind].Key = OrgKeyPrefix + k.org
-					}
-				}
-			}
-			switch org := c.rule.Scope == ScopeOrg; {
-			case org && c.shadow:
-				merge(&orgShadow, c)
-			case org:
-				merge(&orgEnforced, c)
-			case c.shadow:
-				merge(&shadow, c)
-			default:
-				merge(&enforced, c)
 			}
 		}
 	}
 	// The org's limits follow the key's: a store checks both in one call.
-	for _, p := range append(enforced, orgEnforced...) {
-		res.Limits = append(res.Limits, p.l)
+	for _, p := range append(limits[0], limits[1]...) {
+		res.Limits = append(res.Limits, p.v)
 		res.Rules = append(res.Rules, p.r)
 	}
-	for _, p := range append(shadow, orgShadow...) {
-		res.Shadow = append(res.Shadow, p.l)
+	for _, p := range append(limits[2], limits[3]...) {
+		res.Shadow = append(res.Shadow, p.v)
 		res.ShadowRules = append(res.ShadowRules, p.r)
 	}
 	for kind := range quotas {
 		for _, p := range quotas[kind] {
-			res.Quotas = append(res.Quotas, p.q)
+			if p.r.Scope == ScopeOrg {
+				p.v.Key = OrgKeyPrefix + k.org
+			}
+			res.Quotas = append(res.Quotas, p.v)
 			res.QuotaRules = append(res.QuotaRules, p.r)
 		}
 		if conc[kind].Most > 0 {
 			res.Concurrency = append(res.Concurrency, conc[kind])
 		}
 	}
-	res.OrgLimits, res.OrgShadow = len(orgEnforced), len(orgShadow)
+	res.OrgLimits, res.OrgShadow = len(limits[1]), len(limits[3])
 	if res.OrgLimits+res.OrgShadow == 0 {
 		res.Org = ""
 	}
 	res.Cost = 1
-	if k.endpoint != "" {
-		for _, ep := range s.endpoints {
-			if ep.Name == k.endpoint && ep.Cost > 0 {
-				res.Cost = int64(ep.Cost)
-			}
-			if ep.Name == k.endpoint {
-				res.CostHeader = ep.CostHeader
-			}
+	for _, ep := range s.endpoints {
+		if k.endpoint != "" && ep.Name == k.endpoint {
+			res.Cost = max(int64(ep.Cost), 1)
+			res.CostHeader = ep.CostHeader
 		}
 	}
 	return &resolved{res: res, from: now, until: until}
 }
 
-// kindOf is the merge group of c's quotas and concurrency limit, in the
-// order a Resolution lists them: the key's, the org's, the key's shadow,
-// the org's shadow.
+// kindOf is the merge group of c's limits, quotas and concurrency limit, in
+// the order a Resolution lists them: the key's, the org's, the key's
+// shadow, the org's shadow.
 func kindOf(c *compiled) int {
 	kind := 0
 	if c.rule.Scope == ScopeOrg {
@@ -592,6 +517,41 @@ func kindOf(c *compiled) int {
 		kind += 2
 	}
 	return kind
+}
+
+// rank orders c's rule in the merge: the more specific scope wins, and
+// within one scope a rule with an expiry, a temporary override of the
+// permanent one, wins the tie.
+func rank(c *compiled) int {
+	spec := 2 * specificity(c.rule.Scope, c.rule.Match)
+	if !c.expires.IsZero() {
+		spec++
+	}
+	return spec
+}
+
+// pick is a merged limit or quota and the rule it came from.
+type pick[T any] struct {
+	v    T
+	r    *Rule
+	spec int
+}
+
+// mergeByName adds vs, of rule r ranked spec, to into: one of a name
+// already there is replaced if spec ranks higher, others are appended.
+func mergeByName[T any](into *[]pick[T], vs []T, r *Rule, spec int, name func(T) string) {
+next:
+	for _, v := range vs {
+		for i := range *into {
+			if name((*into)[i].v) == name(v) {
+				if spec > (*into)[i].spec {
+					(*into)[i] = pick[T]{v, r, spec}
+				}
+				continue next
+			}
+		}
+		*into = append(*into, pick[T]{v, r, spec})
+	}
 }
 
 // keyOf returns what the Resolution of q depends on.

@@ -23,6 +23,7 @@
 package share
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -157,20 +158,12 @@ func New(inner limit.Store, cfg Config) (*Store, error) {
 	case cfg.MaxTracked < 0:
 		return nil, fmt.Errorf("share: MaxTracked %d is negative", cfg.MaxTracked)
 	}
-	if cfg.Stale == 0 {
-		cfg.Stale = DefaultStale
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = 10 * time.Second
-	}
-	if cfg.MaxTracked == 0 {
-		cfg.MaxTracked = 10000
-	}
+	cfg.Stale = cmp.Or(cfg.Stale, DefaultStale)
+	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Second)
+	cfg.MaxTracked = cmp.Or(cfg.MaxTracked, 10000)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{inner: inner, cfg: cfg, even: uint32(Whole / cfg.Regions),
 		shards: striped.New[Pair, *counter](usageShards)}

@@ -1,9 +1,9 @@
 package rulesvc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -83,17 +83,24 @@ type changed struct {
 }
 
 func readRule(ctx context.Context, q querier, id int64) (*RuleView, error) {
-	var v RuleView
-	row := q.QueryRow(ctx, "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules WHERE id = $1", id)
-	r, override, err := scanRule(row, &v.Version, &v.CreatedAt, &v.UpdatedAt)
-	if isNoRows(err) {
+	vs, err := readRuleViews(ctx, q, "WHERE id = $1", id)
+	if err != nil {
+		return nil, err
+	}
+	if len(vs) == 0 {
 		return nil, notFound("no rule %d", id)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read rule %d: %w", id, err)
-	}
-	v.Rule, v.Override = r, override
-	return &v, nil
+	return &vs[0], nil
+}
+
+// readRuleViews reads the rules a WHERE clause selects, in ID order.
+func readRuleViews(ctx context.Context, q querier, where string, args ...any) ([]RuleView, error) {
+	return collect(ctx, q, "rules", func(row pgx.CollectableRow) (RuleView, error) {
+		var v RuleView
+		var err error
+		v.Rule, v.Override, err = scanRule(row, &v.Version, &v.CreatedAt, &v.UpdatedAt)
+		return v, err
+	}, "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules "+where+" ORDER BY id", args...)
 }
 
 func (s *Service) listRules(w http.ResponseWriter, r *http.Request, _ string) error {
@@ -105,18 +112,9 @@ func (s *Service) listOverrides(w http.ResponseWriter, r *http.Request, _ string
 }
 
 func (s *Service) writeRules(w http.ResponseWriter, r *http.Request, where string) error {
-	rows, err := s.pool.Query(r.Context(), "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules "+where+" ORDER BY id")
+	views, err := readRuleViews(r.Context(), s.pool, where)
 	if err != nil {
-		return fmt.Errorf("list rules: %w", err)
-	}
-	views, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RuleView, error) {
-		var v RuleView
-		var err error
-		v.Rule, v.Override, err = scanRule(row, &v.Version, &v.CreatedAt, &v.UpdatedAt)
-		return v, err
-	})
-	if err != nil {
-		return fmt.Errorf("list rules: %w", err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"rules": views})
 	return nil
@@ -185,13 +183,7 @@ func ruleFields(rule rules.Rule) (match, lims []byte, expires *time.Time, mode, 
 		t := rule.ExpiresAt.UTC()
 		expires = &t
 	}
-	mode, failMode = string(rule.Mode), string(rule.FailMode)
-	if mode == "" {
-		mode = string(rules.Enforce)
-	}
-	if failMode == "" {
-		failMode = string(rules.FailOpen)
-	}
+	mode, failMode = string(cmp.Or(rule.Mode, rules.Enforce)), string(cmp.Or(rule.FailMode, rules.FailOpen))
 	return match, lims, expires, mode, failMode, nil
 }
 
@@ -200,16 +192,11 @@ func (s *Service) createRule(w http.ResponseWriter, r *http.Request, who string)
 	if err != nil {
 		return err
 	}
-	out, pub, err := s.commit(r.Context(), change{who: who, action: "rule.create",
+	return s.commitAnswer(w, r, http.StatusCreated, change{who: who, action: "rule.create",
 		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
 			id, err := insertRule(ctx, tx, rule, false)
 			return outcome{target: fmt.Sprintf("rules/%d", id), ruleID: id, created: true}, err
 		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, changed{Snapshot: pub, After: out.after})
-	return nil
 }
 
 // replaceApply is the change PUT /rules/{id} makes, shared with validate.
@@ -254,12 +241,7 @@ func (s *Service) replaceRule(w http.ResponseWriter, r *http.Request, who string
 	if err != nil {
 		return err
 	}
-	out, pub, err := s.commit(r.Context(), change{who: who, action: "rule.replace", apply: replaceApply(id, rule)})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: out.after})
-	return nil
+	return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: "rule.replace", apply: replaceApply(id, rule)})
 }
 
 func (s *Service) deleteRule(w http.ResponseWriter, r *http.Request, who string) error {
@@ -267,7 +249,7 @@ func (s *Service) deleteRule(w http.ResponseWriter, r *http.Request, who string)
 	if err != nil {
 		return err
 	}
-	_, pub, err := s.commit(r.Context(), change{who: who, action: "rule.delete",
+	return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: "rule.delete",
 		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
 			before, err := readRule(ctx, tx, id)
 			if err != nil {
@@ -278,11 +260,6 @@ func (s *Service) deleteRule(w http.ResponseWriter, r *http.Request, who string)
 			}
 			return outcome{target: fmt.Sprintf("rules/%d", id), before: before}, nil
 		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
-	return nil
 }
 
 // Validation is the answer of POST /admin/v1/rules/validate.
@@ -305,24 +282,11 @@ func (s *Service) validateRule(w http.ResponseWriter, r *http.Request, _ string)
 			return outcome{ruleID: id, created: true}, err
 		}
 	}
-	var hash string
-	errRollback := errors.New("validation only")
-	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
-		out, err := apply(r.Context(), tx)
-		if err != nil {
-			return err
-		}
-		b, err := build(r.Context(), tx)
-		if err != nil {
-			return compileError(err, b, out)
-		}
-		hash = b.set.Hash
-		return errRollback
-	})
-	if !errors.Is(err, errRollback) {
+	b, err := s.tryChange(r.Context(), apply)
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, Validation{Valid: true, Hash: hash})
+	writeJSON(w, http.StatusOK, Validation{Valid: true, Hash: b.set.Hash})
 	return nil
 }
 
@@ -369,7 +333,7 @@ func (s *Service) putOverride(w http.ResponseWriter, r *http.Request, who string
 	}
 	rule := rules.Rule{Scope: rules.ScopeKey, Match: rules.Match{Key: key}, Limits: o.Limits,
 		FailMode: o.FailMode, ExpiresAt: o.ExpiresAt, Reason: o.Reason}
-	out, pub, err := s.commit(r.Context(), change{who: who, action: "override.put", emergency: true,
+	return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: "override.put", emergency: true,
 		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
 			before, err := readOverride(ctx, tx, key)
 			if err != nil {
@@ -383,11 +347,6 @@ func (s *Service) putOverride(w http.ResponseWriter, r *http.Request, who string
 			id, err := insertRule(ctx, tx, rule, true)
 			return outcome{target: "overrides/" + key, ruleID: id, created: true, before: nilIfNone(before)}, err
 		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: out.after})
-	return nil
 }
 
 func readOverride(ctx context.Context, tx pgx.Tx, key string) (*RuleView, error) {
@@ -404,7 +363,7 @@ func readOverride(ctx context.Context, tx pgx.Tx, key string) (*RuleView, error)
 
 func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request, who string) error {
 	key := r.PathValue("key")
-	_, pub, err := s.commit(r.Context(), change{who: who, action: "override.delete", emergency: true,
+	return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: "override.delete", emergency: true,
 		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
 			before, err := readOverride(ctx, tx, key)
 			if err != nil {
@@ -418,11 +377,6 @@ func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request, who str
 			}
 			return outcome{target: "overrides/" + key, before: before}, nil
 		}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, changed{Snapshot: pub})
-	return nil
 }
 
 // AuditEntry is one row of the audit log.
@@ -441,18 +395,14 @@ func (s *Service) listAudit(w http.ResponseWriter, r *http.Request, _ string) er
 			*p = n
 		}
 	}
-	rows, err := s.pool.Query(r.Context(), `SELECT id, at, who, action, target, before, after, version FROM audit
-		WHERE id < $1 ORDER BY id DESC LIMIT $2`, before, min(limit, 1000))
-	if err != nil {
-		return fmt.Errorf("read audit: %w", err)
-	}
-	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
+	entries, err := collect(r.Context(), s.pool, "audit", func(row pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
 		err := row.Scan(&e.ID, &e.At, &e.Who, &e.Action, &e.Target, &e.Before, &e.After, &e.Version)
 		return e, err
-	})
+	}, `SELECT id, at, who, action, target, before, after, version FROM audit
+		WHERE id < $1 ORDER BY id DESC LIMIT $2`, before, min(limit, 1000))
 	if err != nil {
-		return fmt.Errorf("read audit: %w", err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
 	return nil

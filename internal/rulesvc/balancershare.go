@@ -1,6 +1,7 @@
 package rulesvc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,10 +31,7 @@ type BalancerShares struct {
 // sharesOf returns region's share of each limit of storeKey, as the
 // balancer has set them now.
 func (b *BalancerShares) sharesOf(ctx context.Context, storeKey, region string) (func(storeKey, limitName string) (limit.Fraction, bool), error) {
-	hc := b.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 2 * time.Second}
-	}
+	hc := cmp.Or(b.HTTPClient, &http.Client{Timeout: 2 * time.Second})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(b.URL, "/")+balancer.KeyPath+url.PathEscape(storeKey), nil)
 	if err != nil {
 		return nil, fmt.Errorf("balancer: %w", err)

@@ -143,39 +143,54 @@ func (b *built) stamp(v int64) bool {
 }
 
 func readKeys(ctx context.Context, q querier) (map[string]rules.KeyInfo, error) {
-	rows, err := q.Query(ctx, "SELECT key, plan, org FROM api_keys ORDER BY key")
-	if err != nil {
-		return nil, fmt.Errorf("read keys: %w", err)
-	}
 	keys := map[string]rules.KeyInfo{}
 	var k string
 	var info rules.KeyInfo
-	_, err = pgx.ForEachRow(rows, []any{&k, &info.Plan, &info.Org}, func() error {
+	err := forEach(ctx, q, "keys", []any{&k, &info.Plan, &info.Org}, func() error {
 		keys[k] = info
 		return nil
-	})
+	}, "SELECT key, plan, org FROM api_keys ORDER BY key")
 	if err != nil {
-		return nil, fmt.Errorf("read keys: %w", err)
+		return nil, err
 	}
 	return keys, nil
 }
 
 func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
-	rows, err := q.Query(ctx, "SELECT name, method, path, case_sensitive, cost, cost_header FROM endpoints ORDER BY name")
-	if err != nil {
-		return nil, fmt.Errorf("read endpoints: %w", err)
-	}
-	eps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rules.Endpoint, error) {
+	return collect(ctx, q, "endpoints", func(r pgx.CollectableRow) (rules.Endpoint, error) {
 		var ep rules.Endpoint
 		var cost int64
 		err := r.Scan(&ep.Name, &ep.Method, &ep.Path, &ep.CaseSensitive, &cost, &ep.CostHeader)
 		ep.Cost = rules.Tokens(cost)
 		return ep, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read endpoints: %w", err)
+	}, "SELECT name, method, path, case_sensitive, cost, cost_header FROM endpoints ORDER BY name")
+}
+
+// forEach runs a query and calls fn with each row scanned into dest; an
+// error names what it read.
+func forEach(ctx context.Context, q querier, what string, dest []any, fn func() error, sql string, args ...any) error {
+	rows, err := q.Query(ctx, sql, args...)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, dest, fn)
 	}
-	return eps, nil
+	if err != nil {
+		return fmt.Errorf("read %s: %w", what, err)
+	}
+	return nil
+}
+
+// collect runs a query and gathers its rows with fn; an error names what
+// it read.
+func collect[T any](ctx context.Context, q querier, what string, fn pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, fn)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	return out, nil
 }
 
 const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reason, override, quotas, concurrency, refusals, version"
@@ -183,20 +198,16 @@ const ruleColumns = "id, scope, match, limits, mode, fail_mode, expires_at, reas
 // readRules reads the rules a WHERE clause selects, in ID order, and which
 // of them are emergency overrides.
 func readRules(ctx context.Context, q querier, where string, args ...any) ([]rules.Rule, map[int64]bool, error) {
-	rows, err := q.Query(ctx, "SELECT "+ruleColumns+" FROM rules "+where+" ORDER BY id", args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read rules: %w", err)
-	}
 	overrides := map[int64]bool{}
-	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rules.Rule, error) {
+	rs, err := collect(ctx, q, "rules", func(row pgx.CollectableRow) (rules.Rule, error) {
 		r, override, err := scanRule(row)
 		if override {
 			overrides[r.ID] = true
 		}
 		return r, err
-	})
+	}, "SELECT "+ruleColumns+" FROM rules "+where+" ORDER BY id", args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read rules: %w", err)
+		return nil, nil, err
 	}
 	if rs == nil {
 		rs = []rules.Rule{}

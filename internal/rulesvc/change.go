@@ -46,6 +46,17 @@ type Published = admin.Published
 // before it; the key is per schema.
 const writeLockSQL = "SELECT pg_advisory_xact_lock(hashtext('sluice.write.' || current_schema()))"
 
+// commitAnswer commits c and answers the request with status, the snapshot
+// published and the changed thing as it is after.
+func (s *Service) commitAnswer(w http.ResponseWriter, r *http.Request, status int, c change) error {
+	out, pub, err := s.commit(r.Context(), c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, changed{Snapshot: pub, After: out.after})
+	return nil
+}
+
 // commit runs c in one transaction.
 func (s *Service) commit(ctx context.Context, c change) (outcome, Published, error) {
 	var out outcome
@@ -239,13 +250,9 @@ func promotedReason(emergency bool) string {
 // at least one, by a hash of the version and gateway ID: stable for a version,
 // different gateways for different versions.
 func (s *Service) pickCanaries(ctx context.Context, q querier, version int64) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM gateways WHERE `+liveGateways, s.cfg.GatewayTTL.Seconds())
+	ids, err := collect(ctx, q, "gateways", pgx.RowTo[string], `SELECT id FROM gateways WHERE `+liveGateways, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("read gateways: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read gateways: %w", err)
+		return nil, err
 	}
 	return chooseCanaries(ids, version, s.cfg.Canary.Fraction), nil
 }
@@ -261,16 +268,7 @@ func chooseCanaries(ids []string, version int64, fraction float64) []string {
 		return binary.BigEndian.Uint64(h.Sum(nil))
 	}
 	sorted := slices.Clone(ids)
-	slices.SortFunc(sorted, func(a, b string) int {
-		ra, rb := rank(a), rank(b)
-		switch {
-		case ra < rb:
-			return -1
-		case ra > rb:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(sorted, func(a, b string) int { return cmp.Compare(rank(a), rank(b)) })
 	n := max(1, int(math.Ceil(fraction*float64(len(ids)))))
 	return sorted[:n]
 }

@@ -112,7 +112,7 @@ func putEntry[T any](s *Service, e entries[T]) func(w http.ResponseWriter, r *ht
 		if err := e.check(name, &v); err != nil {
 			return err
 		}
-		_, pub, err := s.commit(r.Context(), change{who: who, action: e.kind + ".put",
+		return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: e.kind + ".put",
 			apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
 				before, err := e.find(ctx, tx, name)
 				if err != nil {
@@ -123,18 +123,13 @@ func putEntry[T any](s *Service, e entries[T]) func(w http.ResponseWriter, r *ht
 				}
 				return outcome{target: e.path + "/" + name, before: nilIfNone(before), after: v}, nil
 			}})
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, changed{Snapshot: pub, After: v})
-		return nil
 	}
 }
 
 func deleteEntry[T any](s *Service, e entries[T]) func(w http.ResponseWriter, r *http.Request, who string) error {
 	return func(w http.ResponseWriter, r *http.Request, who string) error {
 		name := r.PathValue("name")
-		_, pub, err := s.commit(r.Context(), change{who: who, action: e.kind + ".delete",
+		return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: e.kind + ".delete",
 			apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
 				before, err := e.find(ctx, tx, name)
 				if err != nil {
@@ -148,10 +143,5 @@ func deleteEntry[T any](s *Service, e entries[T]) func(w http.ResponseWriter, r 
 				}
 				return outcome{target: e.path + "/" + name, before: before}, nil
 			}})
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, changed{Snapshot: pub})
-		return nil
 	}
 }

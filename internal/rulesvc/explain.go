@@ -1,6 +1,7 @@
 package rulesvc
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +13,9 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
-// explainSets keeps the stable snapshot compiled for explain, so that a
-// question compiles the set once per version rather than once per call.
+// explainSets keeps the stable snapshot compiled for explain and usage, so
+// that a question compiles the set once per version rather than once per
+// call.
 type explainSets struct {
 	mu  sync.Mutex
 	set *rules.Set // of the last version asked about; guarded by mu
@@ -29,11 +31,11 @@ func (e *explainSets) compiled(sn *snap) (*rules.Set, error) {
 	}
 	var doc rules.Document
 	if err := json.Unmarshal(sn.doc, &doc); err != nil {
-		return nil, fmt.Errorf("explain: decode snapshot %d: %w", sn.version, err)
+		return nil, fmt.Errorf("decode snapshot %d: %w", sn.version, err)
 	}
 	set, err := rules.Compile(doc, sn.version)
 	if err != nil {
-		return nil, fmt.Errorf("explain: compile snapshot %d: %w", sn.version, err)
+		return nil, fmt.Errorf("compile snapshot %d: %w", sn.version, err)
 	}
 	e.set = set
 	return set, nil
@@ -44,12 +46,9 @@ func (e *explainSets) compiled(sn *snap) (*rules.Set, error) {
 // store (Config.Store) and the refusals the gateways reported.
 func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) error {
 	q := r.URL.Query()
-	key, method, path := q.Get("key"), q.Get("method"), q.Get("path")
+	key, method, path := q.Get("key"), cmp.Or(q.Get("method"), http.MethodGet), q.Get("path")
 	if err := rules.CheckKey(key); err != nil {
 		return badRequest("key", "%v", err)
-	}
-	if method == "" {
-		method = http.MethodGet
 	}
 	if path == "" || path[0] != '/' {
 		return badRequest("path", "%q is not a request path starting with /", path)
@@ -101,20 +100,13 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 // ruleVersions reads each stored rule's version: the snapshot that last
 // changed it.
 func (s *Service) ruleVersions(r *http.Request) (map[int64]int64, error) {
-	rows, err := s.pool.Query(r.Context(), "SELECT id, version FROM rules")
-	if err != nil {
-		return nil, fmt.Errorf("explain: read rule versions: %w", err)
-	}
-	defer rows.Close()
 	out := map[int64]int64{}
-	for rows.Next() {
-		var id, v int64
-		if err := rows.Scan(&id, &v); err != nil {
-			return nil, fmt.Errorf("explain: read rule versions: %w", err)
-		}
+	var id, v int64
+	err := forEach(r.Context(), s.pool, "rule versions", []any{&id, &v}, func() error {
 		out[id] = v
-	}
-	return out, rows.Err()
+		return nil
+	}, "SELECT id, version FROM rules")
+	return out, err
 }
 
 // refused answers GET /admin/v1/refused: the busiest refused keys of

@@ -384,13 +384,9 @@ func (s *Service) checkVersionsExist(ctx context.Context, rep *rulesapi.Report) 
 	for i, v := range rep.Versions {
 		vs[i] = v.Version
 	}
-	rows, err := s.pool.Query(ctx, `SELECT version FROM snapshots WHERE version = ANY($1)`, vs)
+	found, err := collect(ctx, s.pool, "versions", pgx.RowTo[int64], `SELECT version FROM snapshots WHERE version = ANY($1)`, vs)
 	if err != nil {
-		return fmt.Errorf("report of gateway %s: read versions: %w", rep.Gateway, err)
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return fmt.Errorf("report of gateway %s: read versions: %w", rep.Gateway, err)
+		return fmt.Errorf("report of gateway %s: %w", rep.Gateway, err)
 	}
 	for i, v := range vs {
 		if !slices.Contains(found, v) {

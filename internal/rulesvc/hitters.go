@@ -127,22 +127,14 @@ func (r *refusals) top(n int) []admin.RefusedRule {
 	for rv, s := range r.rules {
 		rr := admin.RefusedRule{Rule: rv.rule, RulesVersion: rv.version, Refused: s.total}
 		hs := slices.Clone(s.slots)
-		slices.SortFunc(hs, func(a, b hitter) int {
-			if a.count != b.count {
-				return cmp.Compare(b.count, a.count)
-			}
-			return cmp.Compare(a.key, b.key)
-		})
+		slices.SortFunc(hs, func(a, b hitter) int { return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.key, b.key)) })
 		for _, h := range hs[:min(n, len(hs))] {
 			rr.Keys = append(rr.Keys, admin.RefusedKey{Key: h.key, Count: h.count, Over: h.over, Limit: h.limit, Last: h.last})
 		}
 		out = append(out, rr)
 	}
 	slices.SortFunc(out, func(a, b admin.RefusedRule) int {
-		if a.RulesVersion != b.RulesVersion {
-			return cmp.Compare(b.RulesVersion, a.RulesVersion)
-		}
-		return cmp.Compare(a.Rule, b.Rule)
+		return cmp.Or(cmp.Compare(b.RulesVersion, a.RulesVersion), cmp.Compare(a.Rule, b.Rule))
 	})
 	return out
 }

@@ -212,25 +212,21 @@ const baselineLookback = 30 * time.Second
 // then. Reports of any other version, or of a canary's stable version,
 // count on neither side. Sums saturate; sample caps each gateway's weight.
 func canaryCounts(ctx context.Context, q querier, v int64, canaries []string, since time.Time, sample int64) (can, rest Side, err error) {
-	rows, err := q.Query(ctx, `SELECT gateway, gateway = ANY($2), `+saturated("sum(requests)")+`, `+saturated("sum(refused)")+`
-		FROM decisions
-		WHERE (gateway = ANY($2) AND version = $1 AND at >= $3)
-			OR (NOT gateway = ANY($2) AND at >= $3 - make_interval(secs => $4)
-				AND version IN (SELECT version FROM rollouts WHERE state = 'promoted' AND version < $1))
-		GROUP BY 1, 2`, v, canaries, since, baselineLookback.Seconds())
-	if err != nil {
-		return Side{}, Side{}, fmt.Errorf("count canary decisions of %d: %w", v, err)
-	}
 	var g gatewayCounts
 	var cs, rs []gatewayCounts
-	_, err = pgx.ForEachRow(rows, []any{&g.gateway, &g.canary, &g.requests, &g.refused}, func() error {
+	err = forEach(ctx, q, "decisions", []any{&g.gateway, &g.canary, &g.requests, &g.refused}, func() error {
 		if g.canary {
 			cs = append(cs, g)
 		} else {
 			rs = append(rs, g)
 		}
 		return nil
-	})
+	}, `SELECT gateway, gateway = ANY($2), `+saturated("sum(requests)")+`, `+saturated("sum(refused)")+`
+		FROM decisions
+		WHERE (gateway = ANY($2) AND version = $1 AND at >= $3)
+			OR (NOT gateway = ANY($2) AND at >= $3 - make_interval(secs => $4)
+				AND version IN (SELECT version FROM rollouts WHERE state = 'promoted' AND version < $1))
+		GROUP BY 1, 2`, v, canaries, since, baselineLookback.Seconds())
 	if err != nil {
 		return Side{}, Side{}, fmt.Errorf("count canary decisions of %d: %w", v, err)
 	}

@@ -21,6 +21,7 @@
 package rulesvc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -166,48 +167,24 @@ func (c *Config) setDefaults() error {
 	if c.Postgres == "" {
 		return errors.New("rulesvc: Postgres connection string is empty")
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.MaxOverride, 7*24*time.Hour)
-	def(&c.PollTimeout, 25*time.Second)
-	def(&c.GatewayTTL, 90*time.Second)
-	def(&c.Refresh, 5*time.Second)
-	def(&c.ReportRetention, 7*24*time.Hour)
-	def(&c.GatewayRetention, time.Hour)
-	if c.MaxGateways == 0 {
-		c.MaxGateways = 256
-	}
-	if c.ReportRate == 0 {
-		c.ReportRate = 1
-	}
-	if c.MaxGatewayRate == 0 {
-		c.MaxGatewayRate = 100_000
-	}
-	def(&c.Canary.Window, 4*time.Second)
-	def(&c.Canary.Check, min(max(c.Canary.Window/20, 100*time.Millisecond), 5*time.Second))
-	if c.Schema == "" {
-		c.Schema = "sluice"
-	}
-	if c.Canary.Fraction == 0 {
-		c.Canary.Fraction = 0.01
-	}
-	if c.Canary.Threshold == 0 {
-		c.Canary.Threshold = 0.05
-	}
-	if c.Canary.MinSample == 0 {
-		c.Canary.MinSample = 200
-	}
-	def(&c.Canary.MaxWait, 30*time.Second)
-	c.Canary.MaxWait = max(c.Canary.MaxWait, 0)
-	if c.Canary.MinGateways == 0 {
-		c.Canary.MinGateways = 3
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.MaxOverride = cmp.Or(c.MaxOverride, 7*24*time.Hour)
+	c.PollTimeout = cmp.Or(c.PollTimeout, 25*time.Second)
+	c.GatewayTTL = cmp.Or(c.GatewayTTL, 90*time.Second)
+	c.Refresh = cmp.Or(c.Refresh, 5*time.Second)
+	c.ReportRetention = cmp.Or(c.ReportRetention, 7*24*time.Hour)
+	c.GatewayRetention = cmp.Or(c.GatewayRetention, time.Hour)
+	c.MaxGateways = cmp.Or(c.MaxGateways, 256)
+	c.ReportRate = cmp.Or(c.ReportRate, 1)
+	c.MaxGatewayRate = cmp.Or(c.MaxGatewayRate, 100_000)
+	c.Canary.Window = cmp.Or(c.Canary.Window, 4*time.Second)
+	c.Canary.Check = cmp.Or(c.Canary.Check, min(max(c.Canary.Window/20, 100*time.Millisecond), 5*time.Second))
+	c.Schema = cmp.Or(c.Schema, "sluice")
+	c.Canary.Fraction = cmp.Or(c.Canary.Fraction, 0.01)
+	c.Canary.Threshold = cmp.Or(c.Canary.Threshold, 0.05)
+	c.Canary.MinSample = cmp.Or(c.Canary.MinSample, 200)
+	c.Canary.MaxWait = max(cmp.Or(c.Canary.MaxWait, 30*time.Second), 0)
+	c.Canary.MinGateways = cmp.Or(c.Canary.MinGateways, 3)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	switch {
 	case !schemaName.MatchString(c.Schema):
 		return fmt.Errorf("rulesvc: schema %q: want lower-case letters, digits and _, at most 63", c.Schema)
@@ -499,13 +476,10 @@ func (s *Service) reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read halted rollouts: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT version FROM rollouts WHERE state IN ('halted', 'superseded') AND version > $1`, stableV)
+	withdrawn, err := collect(ctx, s.pool, "withdrawn rollouts", pgx.RowTo[int64],
+		`SELECT version FROM rollouts WHERE state IN ('halted', 'superseded') AND version > $1`, stableV)
 	if err != nil {
-		return fmt.Errorf("read withdrawn rollouts: %w", err)
-	}
-	withdrawn, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return fmt.Errorf("read withdrawn rollouts: %w", err)
+		return err
 	}
 	next.withdrawn = map[int64]bool{}
 	for _, v := range withdrawn {
@@ -547,21 +521,16 @@ func (s *Service) snapshot(ctx context.Context, v int64, old *state) (*snap, err
 const liveGateways = `last_seen > now() - make_interval(secs => $1) AND last_report > now() - make_interval(secs => $1)`
 
 func (s *Service) countFleet(ctx context.Context) (rulesapi.Fleet, error) {
-	rows, err := s.pool.Query(ctx, `SELECT region, count(*) FROM gateways WHERE `+liveGateways+` GROUP BY region`,
-		s.cfg.GatewayTTL.Seconds())
-	if err != nil {
-		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
-	}
 	f := rulesapi.Fleet{Regions: map[string]int{}}
 	var region string
 	var n int
-	_, err = pgx.ForEachRow(rows, []any{&region, &n}, func() error {
+	err := forEach(ctx, s.pool, "fleet", []any{&region, &n}, func() error {
 		f.Total += n
 		f.Regions[region] = n
 		return nil
-	})
+	}, `SELECT region, count(*) FROM gateways WHERE `+liveGateways+` GROUP BY region`, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
-		return rulesapi.Fleet{}, fmt.Errorf("count fleet: %w", err)
+		return rulesapi.Fleet{}, err
 	}
 	return f, nil
 }

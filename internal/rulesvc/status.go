@@ -25,27 +25,14 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 		since = d
 	}
 	ctx := r.Context()
-	rows, err := s.pool.Query(ctx, `SELECT rule_id, `+saturated("sum(hits)")+` FROM shadow_hits
-		WHERE at >= now() - make_interval(secs => $1) GROUP BY rule_id ORDER BY 2 DESC, 1`, since.Seconds())
-	if err != nil {
-		return fmt.Errorf("read shadow hits: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ShadowRule, error) {
+	out, err := collect(ctx, s.pool, "shadow hits", func(row pgx.CollectableRow) (ShadowRule, error) {
 		sr := ShadowRule{TopKeys: []admin.KeyCount{}}
 		err := row.Scan(&sr.Rule, &sr.WouldRefuse)
 		return sr, err
-	})
+	}, `SELECT rule_id, `+saturated("sum(hits)")+` FROM shadow_hits
+		WHERE at >= now() - make_interval(secs => $1) GROUP BY rule_id ORDER BY 2 DESC, 1`, since.Seconds())
 	if err != nil {
-		return fmt.Errorf("read shadow hits: %w", err)
-	}
-	rows, err = s.pool.Query(ctx, `SELECT rule_id, key, total FROM (
-			SELECT rule_id, key, `+saturated("sum(hits)")+` AS total,
-				row_number() OVER (PARTITION BY rule_id ORDER BY sum(hits) DESC, key) AS rank
-			FROM shadow_hits WHERE at >= now() - make_interval(secs => $1) AND key <> ''
-			GROUP BY rule_id, key) t
-		WHERE rank <= 10 ORDER BY rule_id, rank`, since.Seconds())
-	if err != nil {
-		return fmt.Errorf("read shadow keys: %w", err)
+		return err
 	}
 	at := map[int64]int{}
 	for i, sr := range out {
@@ -53,14 +40,19 @@ func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string)
 	}
 	var id int64
 	var kc admin.KeyCount
-	_, err = pgx.ForEachRow(rows, []any{&id, &kc.Key, &kc.Count}, func() error {
+	err = forEach(ctx, s.pool, "shadow keys", []any{&id, &kc.Key, &kc.Count}, func() error {
 		if i, ok := at[id]; ok {
 			out[i].TopKeys = append(out[i].TopKeys, kc)
 		}
 		return nil
-	})
+	}, `SELECT rule_id, key, total FROM (
+			SELECT rule_id, key, `+saturated("sum(hits)")+` AS total,
+				row_number() OVER (PARTITION BY rule_id ORDER BY sum(hits) DESC, key) AS rank
+			FROM shadow_hits WHERE at >= now() - make_interval(secs => $1) AND key <> ''
+			GROUP BY rule_id, key) t
+		WHERE rank <= 10 ORDER BY rule_id, rank`, since.Seconds())
 	if err != nil {
-		return fmt.Errorf("read shadow keys: %w", err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"since": since.String(), "rules": out})
 	return nil
@@ -78,18 +70,15 @@ func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) erro
 	if err := s.pool.QueryRow(ctx, "SELECT max(version) FROM rollouts WHERE state = 'promoted'").Scan(&st.Stable); err != nil {
 		return fmt.Errorf("read stable version: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT version, state, emergency, canaries, started_at, decided_at, reason, compared
-		FROM rollouts ORDER BY version DESC LIMIT 20`)
-	if err != nil {
-		return fmt.Errorf("read rollouts: %w", err)
-	}
-	st.Rollouts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Rollout, error) {
+	var err error
+	st.Rollouts, err = collect(ctx, s.pool, "rollouts", func(row pgx.CollectableRow) (Rollout, error) {
 		var ro Rollout
 		err := row.Scan(&ro.Version, &ro.State, &ro.Emergency, &ro.Canaries, &ro.StartedAt, &ro.DecidedAt, &ro.Reason, &ro.Compared)
 		return ro, err
-	})
+	}, `SELECT version, state, emergency, canaries, started_at, decided_at, reason, compared
+		FROM rollouts ORDER BY version DESC LIMIT 20`)
 	if err != nil {
-		return fmt.Errorf("read rollouts: %w", err)
+		return err
 	}
 	for i := range st.Rollouts {
 		ro := &st.Rollouts[i]
@@ -112,15 +101,11 @@ type Gateway = admin.Gateway
 // fleet answers GET /admin/v1/fleet: the gateways that polled, the version
 // each last said it runs, and which of them count in the fleet.
 func (s *Service) fleet(w http.ResponseWriter, r *http.Request, _ string) error {
-	rows, err := s.pool.Query(r.Context(), `SELECT id, region, version, token, last_seen, last_report,
+	gws, err := collect(r.Context(), s.pool, "gateways", pgx.RowToStructByPos[Gateway], `SELECT id, region, version, token, last_seen, last_report,
 			coalesce(`+liveGateways+`, false)
 		FROM gateways WHERE last_seen > now() - make_interval(secs => $1) ORDER BY region, id`, s.cfg.GatewayTTL.Seconds())
 	if err != nil {
-		return fmt.Errorf("read gateways: %w", err)
-	}
-	gws, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Gateway])
-	if err != nil {
-		return fmt.Errorf("read gateways: %w", err)
+		return err
 	}
 	f := admin.FleetCounts{Regions: map[string]int{}}
 	for _, g := range gws {

@@ -59,17 +59,13 @@ func (s *Service) usage(w http.ResponseWriter, r *http.Request, _ string) error 
 	if st.stable == nil || len(st.stable.doc) == 0 {
 		return notFound("no rule set is published yet")
 	}
-	var doc rules.Document
-	if err := json.Unmarshal(st.stable.doc, &doc); err != nil {
-		return fmt.Errorf("usage: read snapshot %d: %w", st.stable.version, err)
-	}
-	set, err := rules.Compile(doc, st.stable.version)
+	set, err := s.explainSets.compiled(st.stable)
 	if err != nil {
-		return fmt.Errorf("usage: compile snapshot %d: %w", st.stable.version, err)
+		return err
 	}
 	now := time.Now()
 	eps := []string{""}
-	for _, ep := range doc.Endpoints {
+	for _, ep := range set.Document().Endpoints {
 		eps = append(eps, ep.Name)
 	}
 	out := Usage{Key: key, Quotas: []QuotaUsage{}}

@@ -9,6 +9,7 @@
 package rulesync
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,12 +118,8 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Backoff.Check(); err != nil {
 		return nil, fmt.Errorf("rulesync: %w", err)
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.HTTPClient = cmp.Or(cfg.HTTPClient, &http.Client{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -249,10 +246,7 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&sn); err != nil {
 		return fmt.Errorf("poll: decode snapshot: %w", err)
 	}
-	if err := c.acceptable(&sn); err != nil {
-		return fmt.Errorf("poll: %w", err)
-	}
-	set, err := compile(&sn)
+	set, err := c.compile(&sn)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
@@ -282,25 +276,20 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	return nil
 }
 
-// acceptable refuses a snapshot the client must not swap in: a version
-// that is not positive, which no service makes and which the next poll
-// could not name, and a version older than the one held unless the
-// service marks it a rollback. An older version without the mark comes
-// from a replica or a proxy that is behind: taking it would undo changes
-// the client already runs.
-func (c *Client) acceptable(sn *rulesapi.Snapshot) error {
+// compile turns a snapshot into a rule set, checking its hash. It refuses
+// a snapshot the client must not swap in: a version that is not positive,
+// which no service makes and which the next poll could not name, and a
+// version older than the one held unless the service marks it a rollback.
+// An older version without the mark comes from a replica or a proxy that
+// is behind: taking it would undo changes the client already runs.
+func (c *Client) compile(sn *rulesapi.Snapshot) (*rules.Set, error) {
 	if sn.Version <= 0 {
-		return fmt.Errorf("snapshot version %d is not positive: refusing it", sn.Version)
+		return nil, fmt.Errorf("snapshot version %d is not positive: refusing it", sn.Version)
 	}
 	if cur := c.set.Load(); cur != nil && sn.Version < cur.Version && !sn.Rollback {
-		return fmt.Errorf("snapshot %d is older than the %d held and the service did not mark it a rollback: "+
+		return nil, fmt.Errorf("snapshot %d is older than the %d held and the service did not mark it a rollback: "+
 			"refusing it (a replica or proxy that is behind?)", sn.Version, cur.Version)
 	}
-	return nil
-}
-
-// compile turns a snapshot into a rule set, checking its hash.
-func compile(sn *rulesapi.Snapshot) (*rules.Set, error) {
 	var doc rules.Document
 	if err := json.Unmarshal(sn.Document, &doc); err != nil {
 		return nil, fmt.Errorf("snapshot %d: decode document: %w", sn.Version, err)
@@ -375,10 +364,7 @@ func (c *Client) loadCache() error {
 	if err := json.Unmarshal(b, &cf); err != nil {
 		return fmt.Errorf("decode: %w", err)
 	}
-	if err := c.acceptable(&cf.Snapshot); err != nil {
-		return err
-	}
-	set, err := compile(&cf.Snapshot)
+	set, err := c.compile(&cf.Snapshot)
 	if err != nil {
 		return err
 	}
@@ -402,24 +388,18 @@ func (c *Client) saveCache(sn *rulesapi.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
+	if err == nil {
+		err = os.Rename(f.Name(), c.cfg.CacheFile)
 	}
-	if err := os.Rename(tmp, c.cfg.CacheFile); err != nil {
-		os.Remove(tmp)
-		return err
+	if err != nil {
+		os.Remove(f.Name())
 	}
-	return nil
+	return err
 }

@@ -1,10 +1,11 @@
 package rulesync
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,13 +17,9 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
-// Bounds on what one report interval keeps, so a flood of distinct keys
-// cannot grow the gateway's memory.
-const (
-	maxVersions   = 16   // the service takes at most this many per report
-	maxShadowKeys = 1000 // distinct keys counted per shadow rule
-	topKeys       = 10   // keys sent per shadow rule
-)
+// maxShadowKeys bounds the distinct keys counted per rule in one report
+// interval, so a flood of distinct keys cannot grow the gateway's memory.
+const maxShadowKeys = 1000
 
 // counts accumulates decisions between reports.
 type counts struct {
@@ -167,7 +164,7 @@ func (cs *counts) take() []rulesapi.VersionReport {
 		}
 	}
 	slices.SortFunc(out, func(a, b rulesapi.VersionReport) int { return int(b.Version - a.Version) })
-	return out[:min(len(out), maxVersions)]
+	return out[:min(len(out), rulesapi.MaxReportVersions)]
 }
 
 // putBack returns the counts of a report that could not be sent, so the
@@ -329,19 +326,16 @@ func (c *Client) Observe(e Outcome) {
 }
 
 // topOf returns the keys of counts with the highest counts, most first, at
-// most topKeys.
+// most rulesapi.MaxReportTopKeys.
 func topOf(counts map[string]int64) []rulesapi.KeyCount {
 	var top []rulesapi.KeyCount
 	for k, n := range counts {
 		top = append(top, rulesapi.KeyCount{Key: k, Count: n})
 	}
 	slices.SortFunc(top, func(a, b rulesapi.KeyCount) int {
-		if a.Count != b.Count {
-			return int(b.Count - a.Count)
-		}
-		return bytes.Compare([]byte(a.Key), []byte(b.Key))
+		return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Key, b.Key))
 	})
-	return top[:min(len(top), topKeys)]
+	return top[:min(len(top), rulesapi.MaxReportTopKeys)]
 }
 
 // clampTop lowers the counts of top, most first, so that they add up to
