@@ -296,9 +296,6 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, p *pending) erro
 		return l.storeFailed(w, cl, req, &d, res.Rules, src, err)
 	}
 	lim := &res.Limits[d.Index]
-	if !d.Allowed && d.RetryAfter != limit.Never {
-		l.countRefusal(cl, &res, req, &d, src)
-	}
 	b := limit.BudgetOf(lim, &d)
 	SetRateHeaders(w.Header(), &b)
 	if d.Allowed {

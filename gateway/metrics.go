@@ -72,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "settles_total",
-			Help: "Responses of endpoints with a cost header, and refusals of rules whose refusals count, by how their cost was settled: exact (the estimate was right), took (the rest taken), debt (taken, leaving the key in debt), gave_back (the unused part given back), missing (no or a bad cost header: the estimate stands), refusal (a refused request charged under refusals: count), error (the store failed: the estimate stands, or the refusal took nothing).",
+			Help: "Responses of endpoints with a cost header, by how their cost was settled: exact (the estimate was right), took (the rest taken), debt (taken, leaving the key in debt), gave_back (the unused part given back), missing (no or a bad cost header: the estimate stands), error (the store failed: the estimate stands).",
 		}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.storeErrors, m.settles} {

@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/internal/redistest"
@@ -62,7 +66,9 @@ func TestRefusalsCount(t *testing.T) {
 			if code, _ := send(); code != 200 {
 				t.Fatalf("retried once after Retry-After %v: got %d, want 200", wait, code)
 			}
-			// A client that ignores 429.
+			// A client that ignores 429: its refusals are charged in the
+			// store call that refuses them, not by a second call.
+			before := fcalls(t, addr)
 			passed := 0
 			for range 60 {
 				clock.Advance(50 * time.Millisecond)
@@ -73,6 +79,9 @@ func TestRefusalsCount(t *testing.T) {
 			}
 			if passed < tt.wantPassed-2 || passed > tt.wantPassed+2 {
 				t.Errorf("ignoring 429 for 3 s: %d of 60 passed, want about %d", passed, tt.wantPassed)
+			}
+			if calls := fcalls(t, addr) - before; calls != 60 {
+				t.Errorf("60 requests: %d Redis calls, want 60 (one each, refused or not)", calls)
 			}
 			if tt.refusals != rules.RefusalsCount {
 				return
@@ -88,4 +97,33 @@ func TestRefusalsCount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fcalls returns how many takes (FCALL or EVALSHA) the Redis at addr has
+// run, by INFO commandstats.
+func fcalls(t *testing.T, addr string) int64 {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.Do(t.Context(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for line := range strings.Lines(info) {
+		for _, cmd := range []string{"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				k, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("INFO commandstats: %q: %v", line, err)
+				}
+				n += k
+			}
+		}
+	}
+	return n
 }

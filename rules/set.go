@@ -325,6 +325,9 @@ func compileRule(r *Rule, endpoints map[string]bool) (compiled, *FieldError) {
 		if err != nil {
 			return fe(fmt.Sprintf("limits[%d]", j), "%v", err)
 		}
+		// The store charges a refusal of this rule's limits in the call
+		// that refused it (limit.Limit.CountRefusals).
+		l.CountRefusals = r.CountsRefusals()
 		for _, prev := range c.limits {
 			if prev.Name == l.Name {
 				return fe(fmt.Sprintf("limits[%d].name", j), "%q is used twice in this rule", l.Name)

@@ -59,6 +59,9 @@ type Take struct {
 	Cost   int64   `json:"cost,omitempty"`
 	Want   int64   `json:"want,omitempty"`
 	Limits []Limit `json:"limits"`
+	// Refused is limit.Request.Refused: refusals the gateway answered from
+	// memory, charged to the limits that count refusals.
+	Refused int64 `json:"refused,omitempty"`
 }
 
 // Limit is a limit.Limit on the wire; periods in milliseconds.
@@ -70,6 +73,8 @@ type Limit struct {
 	Algorithm  string `json:"algorithm,omitempty"`
 	FailClosed bool   `json:"fail_closed,omitempty"`
 	Shadow     bool   `json:"shadow,omitempty"`
+	// CountRefusals is limit.Limit.CountRefusals.
+	CountRefusals bool `json:"count_refusals,omitempty"`
 }
 
 // LeaseResponse answers a LeaseRequest: one Grant per Take, in order.
@@ -105,11 +110,11 @@ type Verdict struct {
 
 // takeOf writes req and want as a Take.
 func takeOf(req *limit.Request, want int64) Take {
-	t := Take{Key: req.Key, Cost: req.Cost, Want: want, Limits: make([]Limit, len(req.Limits))}
+	t := Take{Key: req.Key, Cost: req.Cost, Want: want, Limits: make([]Limit, len(req.Limits)), Refused: req.Refused}
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		t.Limits[i] = Limit{Name: l.Name, Count: l.Count, PeriodMS: l.PeriodMillis(), Burst: l.Burst,
-			Algorithm: string(l.Algorithm), FailClosed: l.FailClosed, Shadow: l.Shadow}
+			Algorithm: string(l.Algorithm), FailClosed: l.FailClosed, Shadow: l.Shadow, CountRefusals: l.CountRefusals}
 	}
 	return t
 }
@@ -124,13 +129,13 @@ func (t *Take) request() (*limit.Request, error) {
 	case t.Want < 0 || t.Want > MaxWant:
 		return nil, fmt.Errorf("want %d: must be between 0 and %d", t.Want, int64(MaxWant))
 	}
-	req := &limit.Request{Key: t.Key, Cost: t.Cost, Limits: make([]limit.Limit, len(t.Limits))}
+	req := &limit.Request{Key: t.Key, Cost: t.Cost, Limits: make([]limit.Limit, len(t.Limits)), Refused: min(max(t.Refused, 0), MaxWant)}
 	for i, l := range t.Limits {
 		if l.PeriodMS <= 0 || l.PeriodMS > int64(limit.MaxWait/time.Millisecond) {
 			return nil, fmt.Errorf("limit %q: period %dms out of range", l.Name, l.PeriodMS)
 		}
 		req.Limits[i] = limit.Limit{Name: l.Name, Count: l.Count, Period: time.Duration(l.PeriodMS) * time.Millisecond,
-			Burst: l.Burst, Algorithm: limit.Algorithm(l.Algorithm), FailClosed: l.FailClosed, Shadow: l.Shadow}
+			Burst: l.Burst, Algorithm: limit.Algorithm(l.Algorithm), FailClosed: l.FailClosed, Shadow: l.Shadow, CountRefusals: l.CountRefusals}
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
