@@ -209,6 +209,8 @@ func testShadowAndOrgKinds(t *testing.T, addrs []string, node func(redisKey stri
 	hold(0, "k1")
 	hold(1, "k2")
 	eventually(t, "the org's two slots taken", func() bool { return zcard("o:acme") == 2 })
+	// The shadow slot is taken after the org's: wait for it too.
+	eventually(t, "k1's shadow slot taken", func() bool { return zcard("shadow:k:k1") == 1 })
 	if k1, sh := zcard("k:k1"), zcard("shadow:k:k1"); k1 != 1 || sh != 1 {
 		t.Errorf("k1's slots: %d, shadow %d; want 1 and 1", k1, sh)
 	}

@@ -83,6 +83,7 @@ func TestExplain(t *testing.T) {
 			}
 		}
 	}
+	took := time.Now()
 	// A gateway reports a refusal of the key by the override.
 	rep := rulesapi.Report{Gateway: "gw-1", Region: "eu", Versions: []rulesapi.VersionReport{{Version: sn.Version, Requests: 10, Refused: 4,
 		Refusals: []rulesapi.RefusalReport{{Rule: ov.After.ID, Limit: "second", Refused: 4,
@@ -92,6 +93,10 @@ func TestExplain(t *testing.T) {
 	}
 
 	e, err := c.Explain(ctx, "key_pro", "GET", "/v1/search")
+	// At 80 a second the 10 tokens are back within 125 ms: on a loaded
+	// machine the explain may come after that, and then shows a full
+	// bucket, which is its true state.
+	refilled := time.Since(took) >= 100*time.Millisecond
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +128,8 @@ func TestExplain(t *testing.T) {
 		t.Errorf("override: got reason %q expires %v, want incident 23, %v", o.Rule.Reason, o.Rule.ExpiresAt, expires)
 	}
 	// 10 tokens taken, some refilled since at 80 a second.
-	if o.State == nil || o.State.Remaining < 70 || o.State.Remaining >= 80 {
-		t.Errorf("override state: got %+v, want 70 to 79 of 80 tokens left", o.State)
+	if o.State == nil || o.State.Remaining < 70 || o.State.Remaining > 80 || o.State.Remaining == 80 && !refilled {
+		t.Errorf("override state: got %+v, want 70 to 79 of 80 tokens left (80 only if 100 ms have passed: %v)", o.State, refilled)
 	}
 	// A quarter of 6000 a minute is 25 a second: the region's share of the
 	// plan's limit is tighter than the override's 80 a second.
