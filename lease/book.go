@@ -77,11 +77,6 @@ func (b *book) takeDropped() int64 {
 	return n
 }
 
-// spend takes cost leased tokens, if held.
-func (b *book) spend(now, cost int64) bool {
-	return b.spendUpTo(now, cost, cost) > 0
-}
-
 // spendUpTo takes at least cost and at most upTo leased tokens, as many as
 // are held, and returns how many it took: 0 when fewer than cost are held.
 func (b *book) spendUpTo(now, cost, upTo int64) int64 {

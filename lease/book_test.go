@@ -47,7 +47,7 @@ func TestBookLease(t *testing.T) {
 		{999, 5, true, 0, 50},
 		{1000, 1, false, 0, 50},
 	} {
-		ok := b.spend(tc.at, tc.cost)
+		ok := b.spendUpTo(tc.at, tc.cost, tc.cost) > 0
 		if ok != tc.ok || b.tokens != tc.tokens {
 			t.Fatalf("spend %d at %dms: got ok %v with %d left, want ok %v with %d left", tc.cost, tc.at, ok, b.tokens, tc.ok, tc.tokens)
 		}
@@ -58,11 +58,11 @@ func TestBookLease(t *testing.T) {
 		}
 	}
 	b.add(1500, 3, 2500, limit.Decision{Allowed: true})
-	if !b.spend(2499, 3) || b.spend(2499, 1) {
+	if b.spendUpTo(2499, 3, 3) == 0 || b.spendUpTo(2499, 1, 1) > 0 {
 		t.Error("renewed lease of 3: want exactly 3 spendable before it expires")
 	}
 	b.add(3000, 4, 4000, limit.Decision{Allowed: true})
-	if b.spend(4000, 1) {
+	if b.spendUpTo(4000, 1, 1) > 0 {
 		t.Error("a lease is spendable at its expiry, want expired tokens dropped")
 	}
 	if got := b.takeDropped(); got != 4 {

@@ -141,7 +141,7 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 		lookahead: cmp.Or(cfg.Lookahead, 100*time.Millisecond),
 		ttl:       cmp.Or(cfg.TTL, time.Second).Milliseconds(),
 		idle:      cmp.Or(cfg.Idle, 5*time.Second).Milliseconds(),
-		now:       cfg.Now, log: cfg.Logger,
+		now:       cfg.Now, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		shards: striped.New[string, *entry](shardCount),
 		demand: make([]slot, demandSlots),
 	}
@@ -150,9 +150,6 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 	s.waitFill = cfg.WaitForRefill
 	if s.now == nil {
 		s.now = time.Now
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
