@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -141,14 +142,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("rls: near-limit ratio %v: want at least 0 and below 1", cfg.NearLimitRatio)
 	}
 	s := &Service{
-		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, timeout: cfg.Timeout,
-		maxDescs: orInt(cfg.MaxDescriptors, 64), maxEntries: orInt(cfg.MaxEntries, maxDepth),
-		maxBytes: orInt(cfg.MaxEntryBytes, 1024), nearRatio: cfg.NearLimitRatio, shadowAll: cfg.ShadowMode,
-		giver: cfg.GiveBack, oneKey: cfg.OneKeyPerDomain,
+		store: cfg.Store, rules: cfg.Rules, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), timeout: cfg.Timeout,
+		maxDescs: cmp.Or(cfg.MaxDescriptors, 64), maxEntries: cmp.Or(cfg.MaxEntries, maxDepth),
+		maxBytes: cmp.Or(cfg.MaxEntryBytes, 1024), nearRatio: cmp.Or(cfg.NearLimitRatio, 0.8), shadowAll: cfg.ShadowMode,
+		giver: cmp.Or(cfg.GiveBack, giverOf(cfg.Store)), oneKey: cfg.OneKeyPerDomain,
 		storeLog: rate.Sometimes{Interval: time.Second}, ignoreLog: rate.Sometimes{Interval: time.Second},
-	}
-	if s.giver == nil {
-		s.giver = giverOf(cfg.Store)
 	}
 	// Without a way to give grants back, a domain stays one key, so that
 	// a refused request still takes nothing.
@@ -158,12 +156,6 @@ func New(cfg Config) (*Service, error) {
 	_, s.parallel = s.giver.(*redisstore.Store)
 	if st, ok := cfg.Store.(interface{ Redis() *redisstore.Store }); ok && st.Redis() != nil {
 		s.parallel = true
-	}
-	if s.nearRatio == 0 {
-		s.nearRatio = 0.8
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -187,13 +179,6 @@ func giverOf(store limit.Store) GiveBacker {
 		}
 	}
 	return nil
-}
-
-func orInt(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // keyPrefix starts every store key of the service: "rls:", the domain,

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"log/slog"
@@ -27,10 +28,7 @@ type Watcher struct {
 // returns a Watcher serving them; an error means they did not load. Call
 // Run to follow changes. A nil logger discards.
 func Watch(path string, logger *slog.Logger) (*Watcher, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	w := &Watcher{path: path, log: logger}
+	w := &Watcher{path: path, log: cmp.Or(logger, slog.New(slog.DiscardHandler))}
 	if _, err := w.Reload(); err != nil {
 		return nil, err
 	}
