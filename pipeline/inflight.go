@@ -1,6 +1,10 @@
 package pipeline
 
-import "github.com/sluice-rl/sluice/inflight"
+import (
+	"cmp"
+
+	"github.com/sluice-rl/sluice/inflight"
+)
 
 // startSlots builds the concurrency slots of p: in Redis when p has it
 // (sorted sets on Redis's clock), else counted in process.
@@ -9,9 +13,7 @@ func (p *Pipeline) startSlots(cfg Config) error {
 	if ic.Fleet.IsZero() {
 		ic.Fleet = p.fleet
 	}
-	if ic.Logger == nil {
-		ic.Logger = cfg.Logger
-	}
+	ic.Logger = cmp.Or(ic.Logger, cfg.Logger)
 	var b inflight.Backend
 	if p.redis != nil {
 		b = p.redis

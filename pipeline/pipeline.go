@@ -118,16 +118,21 @@ func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := p.startAround(cfg); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	return p, nil
+}
+
+// startAround builds what New adds around the stack: the concurrency
+// slots, the quotas and, with Config.Shares, the region share layer on top.
+func (p *Pipeline) startAround(cfg Config) error {
 	if err := p.startSlots(cfg); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
+		return err
 	}
-	if err := p.startQuotas(cfg); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
-	}
-	if cfg.Shares == nil {
-		return p, nil
+	if err := p.startQuotas(cfg); err != nil || cfg.Shares == nil {
+		return err
 	}
 	sc := *cfg.Shares
 	if sc.GiveBack == nil && p.redis != nil {
@@ -135,18 +140,13 @@ func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 		// back; a grant goes back to Redis, where the take drew it from.
 		sc.GiveBack = p.redis
 	}
-	if sc.Logger == nil {
-		sc.Logger = cfg.Logger
+	sc.Logger, sc.Registerer = cmp.Or(sc.Logger, cfg.Logger), cmp.Or(sc.Registerer, cfg.Registerer)
+	s, err := share.New(p.top, sc)
+	if err != nil {
+		return err
 	}
-	if sc.Registerer == nil {
-		sc.Registerer = cfg.Registerer
-	}
-	if p.shares, err = share.New(p.top, sc); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
-	}
-	p.top = p.shares
-	return p, nil
+	p.shares, p.top = s, s
+	return nil
 }
 
 // Shares returns the region share layer on top of the stack, or nil
@@ -165,9 +165,7 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 		return &Pipeline{top: memstore.New(memstore.Config{}), fleet: cfg.Fleet}, nil
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	if cfg.Redis.Logger == nil {
-		cfg.Redis.Logger = log
-	}
+	cfg.Redis.Logger = cmp.Or(cfg.Redis.Logger, log)
 	rs, err := redisstore.New(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err
@@ -189,12 +187,10 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	gc := cfg.Guard
 	gc.Fleet, gc.Logger, gc.Registerer = cfg.Fleet, cmp.Or(gc.Logger, log), cmp.Or(gc.Registerer, cfg.Registerer)
 	g, err := guard.New(rs, gc)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
+	if err = p.push(g, err); err != nil {
+		return nil, err
 	}
 	p.guard = g
-	p.top, p.closers = g, append([]func(){g.Close}, p.closers...)
 	inner, err := p.relayOver(g, cfg, log)
 	if err != nil || cfg.NoLeases {
 		return p, err
@@ -202,13 +198,26 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	lc := cfg.Lease
 	lc.Fleet, lc.Logger, lc.Registerer = cfg.Fleet, cmp.Or(lc.Logger, log), cmp.Or(lc.Registerer, cfg.Registerer)
 	l, err := lease.New(inner, lc)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
+	if err = p.push(l, err); err != nil {
+		return nil, err
 	}
 	p.lease = l
-	p.top, p.closers = l, append([]func(){l.Close}, p.closers...)
 	return p, nil
+}
+
+// push makes l, built with err, the top of the stack, closed before the
+// layers below it. When err is not nil, push closes the stack instead and
+// returns err.
+func (p *Pipeline) push(l interface {
+	limit.Store
+	Close()
+}, err error) error {
+	if err != nil {
+		p.Close()
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	p.top, p.closers = l, append([]func(){l.Close}, p.closers...)
+	return nil
 }
 
 // Take implements limit.Store through every layer. It validates req once

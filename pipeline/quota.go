@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/sluice-rl/sluice/quota"
@@ -38,9 +39,7 @@ func (p *Pipeline) startQuotas(cfg Config) error {
 	if qc.Fleet.IsZero() {
 		qc.Fleet = p.fleet
 	}
-	if qc.Logger == nil {
-		qc.Logger = cfg.Logger
-	}
+	qc.Logger = cmp.Or(qc.Logger, cfg.Logger)
 	b, err := quota.New(a, qc)
 	if err != nil {
 		return err

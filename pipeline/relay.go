@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -41,12 +40,9 @@ func (p *Pipeline) relayOver(g *guard.Store, cfg Config, log *slog.Logger) (limi
 		URLs: r.URLs, Prefer: r.Prefer, Token: r.Token, Direct: g, Timeout: r.Timeout, Retry: r.Retry,
 		Logger: log, Registerer: cfg.Registerer,
 	})
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
+	if err = p.push(c, err); err != nil {
+		return nil, err
 	}
-	p.closers = append([]func(){c.Close}, p.closers...)
-	p.top = c
 	return c, nil
 }
 
