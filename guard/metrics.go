@@ -34,31 +34,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "sluice", Subsystem: "guard", Name: name, Help: help}
+	}
 	m := &metrics{
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "sluice", Subsystem: "guard", Name: "breaker_state",
-			Help: "Circuit breaker state per shared-store shard: 0 closed, 1 half-open (probing), 2 open (limits enforced locally).",
-		}, []string{"shard"}),
-		opened: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "guard", Name: "breaker_opened_total",
-			Help: "Times a shard's breaker opened after consecutive failures or a failed probe.",
-		}, []string{"shard"}),
-		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "guard", Name: "store_timeouts_total",
-			Help: "Shared-store calls that ran past the guard's deadline, per shard.",
-		}, []string{"shard"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "guard", Name: "store_failures_total",
-			Help: "Shared-store calls that failed for any reason (timeouts included), per shard.",
-		}, []string{"shard"}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "guard", Name: "fallback_decisions_total",
-			Help: "Decisions made without the shared store: source local-fallback (allowed or refused by the gateway's own share of the limit) or fail-closed (refused).",
-		}, []string{"source", "outcome"}),
-		shedded: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "guard", Name: "shed_total",
-			Help: "Requests dropped (503, source shed) because this process could not get the shared store's answer within the deadline plus the max queue time, while the store was answering: the process is overloaded.",
-		}),
+		state:     prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("breaker_state", "Circuit breaker state per shared-store shard: 0 closed, 1 half-open (probing), 2 open (limits enforced locally).")), []string{"shard"}),
+		opened:    prometheus.NewCounterVec(opts("breaker_opened_total", "Times a shard's breaker opened after consecutive failures or a failed probe."), []string{"shard"}),
+		timeouts:  prometheus.NewCounterVec(opts("store_timeouts_total", "Shared-store calls that ran past the guard's deadline, per shard."), []string{"shard"}),
+		errors:    prometheus.NewCounterVec(opts("store_failures_total", "Shared-store calls that failed for any reason (timeouts included), per shard."), []string{"shard"}),
+		fallbacks: prometheus.NewCounterVec(opts("fallback_decisions_total", "Decisions made without the shared store: source local-fallback (allowed or refused by the gateway's own share of the limit) or fail-closed (refused)."), []string{"source", "outcome"}),
+		shedded:   prometheus.NewCounter(opts("shed_total", "Requests dropped (503, source shed) because this process could not get the shared store's answer within the deadline plus the max queue time, while the store was answering: the process is overloaded.")),
 		queue: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "sluice", Subsystem: "guard", Name: "queued_call_duration_seconds",
 			Help:    "How long shared-store calls took that ran past the deadline while their node was answering: time spent queued in this process, not in the store.",

@@ -24,19 +24,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "sluice", Subsystem: "lease", Name: name, Help: help}
+	}
 	m := &metrics{
-		memory: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "lease", Name: "memory_decisions_total",
-			Help: "Decisions made from memory without calling the store: source lease (a leased token spent) or refusal-cache (a remembered refusal).",
-		}, []string{"source"}),
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "lease", Name: "store_calls_total",
-			Help: "Calls to the guarded store: kind single (a request's own tokens), batch (a request's tokens and a lease), refill (a lease, in the background).",
-		}, []string{"kind"}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "lease", Name: "tokens_expired_total",
-			Help: "Leased tokens dropped unspent when their lease expired: the limiter's only error with leases, always under the limit.",
-		}),
+		memory:  prometheus.NewCounterVec(opts("memory_decisions_total", "Decisions made from memory without calling the store: source lease (a leased token spent) or refusal-cache (a remembered refusal)."), []string{"source"}),
+		calls:   prometheus.NewCounterVec(opts("store_calls_total", "Calls to the guarded store: kind single (a request's own tokens), batch (a request's tokens and a lease), refill (a lease, in the background)."), []string{"kind"}),
+		dropped: prometheus.NewCounter(opts("tokens_expired_total", "Leased tokens dropped unspent when their lease expired: the limiter's only error with leases, always under the limit.")),
 	}
 	for _, c := range []prometheus.Collector{m.memory, m.calls, m.dropped} {
 		if err := reg.Register(c); err != nil {
