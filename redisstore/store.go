@@ -19,6 +19,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -213,7 +214,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	dial := orDefault(cfg.DialTimeout, defaultDialTimeout)
+	dial := cmp.Or(cfg.DialTimeout, defaultDialTimeout)
 	s.wrap = cfg.Wrap
 	s.opt = rueidis.ClientOption{
 		InitAddress: cfg.Addrs,
@@ -233,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// deadline that fires closes the connection, and under a 5 ms
 		// deadline that turns one slow reply into a reconnect storm.
 		AlwaysPipelining: true,
-		ConnWriteTimeout: orDefault(cfg.ConnTimeout, defaultConnTimeout),
+		ConnWriteTimeout: cmp.Or(cfg.ConnTimeout, defaultConnTimeout),
 		ClusterOption:    rueidis.ClusterOption{MaxMovedRedirections: maxRedirects},
 	}
 	s.opt.MaxFlushDelay = cfg.FlushDelay
@@ -242,7 +243,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			ClientName: "sluice", TopologyRefreshInterval: max(s.refresh, 0)}
 	}
 	s.seeds = append([]string(nil), cfg.Addrs...)
-	s.attempt = 3*dial + orDefault(cfg.ConnTimeout, defaultConnTimeout)
+	s.attempt = 3*dial + cmp.Or(cfg.ConnTimeout, defaultConnTimeout)
 	s.topo.Store(unknownTopology(s.unknownNode()))
 	if err := s.connect(ctx); err != nil {
 		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
@@ -308,16 +309,9 @@ func NewWithClient(ctx context.Context, client rueidis.Client, cfg Config) (*Sto
 // newStore returns a Store for cfg with no client yet, having checked
 // what every constructor checks.
 func newStore(cfg Config) (*Store, error) {
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = defaultPrefix
-	}
+	prefix := cmp.Or(cfg.Prefix, defaultPrefix)
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q holds a brace, which would move every key's hash tag", prefix)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	code, err := assemble()
 	if err != nil {
@@ -330,9 +324,9 @@ func newStore(cfg Config) (*Store, error) {
 		script:  rueidis.NewLuaScript(code.script),
 		prefix:  prefix,
 		now:     cfg.Now,
-		log:     log,
+		log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		wires:   &wires{},
-		refresh: orDefault(cfg.RefreshInterval, defaultRefresh),
+		refresh: cmp.Or(cfg.RefreshInterval, defaultRefresh),
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -343,14 +337,6 @@ func newStore(cfg Config) (*Store, error) {
 // outside; operators and tests use it to look at a bucket (GET, PTTL).
 func (s *Store) RedisKey(key string, l *limit.Limit) string {
 	return string(appendKey(nil, s.prefix, key, l))
-}
-
-// orDefault returns d, or def when d is zero.
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Close stops the store's slot map refreshes and closes its connections,

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"net"
@@ -156,7 +157,7 @@ func (w *wires) dial(ctx context.Context, addr string, dialer *net.Dialer, cfg *
 	// rueidis dials without a deadline on its context: the handshake gets
 	// the dialer's, so that a server that never answers it (rediss:// at
 	// a plaintext port often does not) cannot hold a dial forever.
-	hctx, cancel := context.WithTimeout(ctx, orDefault(dialer.Timeout, defaultDialTimeout))
+	hctx, cancel := context.WithTimeout(ctx, cmp.Or(dialer.Timeout, defaultDialTimeout))
 	defer cancel()
 	tc := tls.Client(c, cfg)
 	if err := tc.HandshakeContext(hctx); err != nil {
