@@ -1,6 +1,7 @@
 package process
 
 import (
+	"cmp"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -18,7 +19,7 @@ import (
 // endpoints (/healthz, /readyz) to the mux returned.
 func Metrics(g prometheus.Gatherer, logger *slog.Logger, withPprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(orDiscard(logger).Handler(), slog.LevelWarn)}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cmp.Or(logger, slog.New(slog.DiscardHandler)).Handler(), slog.LevelWarn)}))
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,7 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		ReadTimeout:       DefaultReadTimeout,
 		IdleTimeout:       IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(orDiscard(logger).Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(cmp.Or(logger, slog.New(slog.DiscardHandler)).Handler(), slog.LevelWarn),
 	}
 }
 
@@ -72,7 +73,7 @@ type Endpoint struct {
 // server that failed, or one that did not drain within grace. The
 // listeners are closed when it returns. logger may be nil.
 func Run(ctx context.Context, grace time.Duration, logger *slog.Logger, eps ...Endpoint) error {
-	logger = orDiscard(logger)
+	logger = cmp.Or(logger, slog.New(slog.DiscardHandler))
 	served := make(chan error, len(eps))
 	for _, ep := range eps {
 		go func() {
@@ -127,12 +128,4 @@ func Run(ctx context.Context, grace time.Duration, logger *slog.Logger, eps ...E
 		ep.Listener.Close() // a server that failed may not have
 	}
 	return first
-}
-
-// orDiscard returns logger, or a logger that discards for nil.
-func orDiscard(logger *slog.Logger) *slog.Logger {
-	if logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return logger
 }
