@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -156,10 +157,7 @@ const MaxLogCount = 10000
 
 // Alg reports the algorithm, resolving the empty default to TokenBucket.
 func (l *Limit) Alg() Algorithm {
-	if l.Algorithm == "" {
-		return TokenBucket
-	}
-	return l.Algorithm
+	return cmp.Or(l.Algorithm, TokenBucket)
 }
 
 // PeriodMillis reports Period in whole milliseconds.
