@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -137,10 +138,7 @@ func slotRow(row rueidis.RedisMessage, host string) (first, last int64, addr str
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("primary port: %w", err)
 	}
-	if ip == "" {
-		ip = host
-	}
-	return first, last, net.JoinHostPort(ip, strconv.FormatInt(port, 10)), nil
+	return first, last, net.JoinHostPort(cmp.Or(ip, host), strconv.FormatInt(port, 10)), nil
 }
 
 // refreshEvery reads the slot map every interval until ctx ends. A failed

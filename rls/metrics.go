@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"time"
@@ -165,8 +166,5 @@ func (m *metrics) observe(d time.Duration, resp *rlsv3.RateLimitResponse, err er
 	default:
 		code = status.Code(err).String()
 	}
-	if src == "" {
-		src = "none"
-	}
-	m.requests.WithLabelValues(code, string(src)).Inc()
+	m.requests.WithLabelValues(code, string(cmp.Or(src, "none"))).Inc()
 }
