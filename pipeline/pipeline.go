@@ -118,21 +118,16 @@ func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.startAround(cfg); err != nil {
+	if err := p.startSlots(cfg); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	return p, nil
-}
-
-// startAround builds what New adds around the stack: the concurrency
-// slots, the quotas and, with Config.Shares, the region share layer on top.
-func (p *Pipeline) startAround(cfg Config) error {
-	if err := p.startSlots(cfg); err != nil {
-		return err
+	if err := p.startQuotas(cfg); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	if err := p.startQuotas(cfg); err != nil || cfg.Shares == nil {
-		return err
+	if cfg.Shares == nil {
+		return p, nil
 	}
 	sc := *cfg.Shares
 	if sc.GiveBack == nil && p.redis != nil {
@@ -141,12 +136,12 @@ func (p *Pipeline) startAround(cfg Config) error {
 		sc.GiveBack = p.redis
 	}
 	sc.Logger, sc.Registerer = cmp.Or(sc.Logger, cfg.Logger), cmp.Or(sc.Registerer, cfg.Registerer)
-	s, err := share.New(p.top, sc)
-	if err != nil {
-		return err
+	if p.shares, err = share.New(p.top, sc); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	p.shares, p.top = s, s
-	return nil
+	p.top = p.shares
+	return p, nil
 }
 
 // Shares returns the region share layer on top of the stack, or nil
@@ -205,9 +200,8 @@ func newStack(ctx context.Context, cfg Config) (*Pipeline, error) {
 	return p, nil
 }
 
-// push makes l, built with err, the top of the stack, closed before the
-// layers below it. When err is not nil, push closes the stack instead and
-// returns err.
+// push puts l, built with err, on top of the stack, to be closed first;
+// when err is not nil it closes the stack and returns err.
 func (p *Pipeline) push(l interface {
 	limit.Store
 	Close()
