@@ -300,3 +300,36 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 	}
 	return false
 }
+
+// TestRefusalsCountThroughRelay sends a client that ignores 429, through a
+// gateway whose takes go to a relay, every 10 ms for 2 s against a limit
+// of 10 a second, bursts of 10: with refusals that count, it gets its burst
+// and at most the token or two refilled before its first refusal, and no
+// more; the same client on a limit whose refusals are free passes at the
+// limit's rate, about 20 more.
+func TestRefusalsCountThroughRelay(t *testing.T) {
+	srv := redistest.Standalone(t)
+	r := startRelay(t, srv.Addr(), "127.0.0.1:0", 1)
+	gw := newGateway(t, srv.Addr(), 1, nil, r.url())
+	for _, count := range []bool{true, false} {
+		l := limit.Limit{Name: "s", Count: 10, Period: time.Second, Burst: 10, CountRefusals: count}
+		req := &limit.Request{Key: fmt.Sprintf("k:ignores-429-%v", count), Limits: []limit.Limit{l}}
+		allowed := 0
+		for start := time.Now(); time.Since(start) < 2*time.Second; time.Sleep(10 * time.Millisecond) {
+			d, err := gw.Take(t.Context(), req)
+			if err != nil {
+				t.Fatalf("count %v: %v", count, err)
+			}
+			if d.Allowed {
+				allowed++
+			}
+		}
+		switch {
+		case count && allowed > 13:
+			t.Errorf("refusals that count: %d allowed in 2 s, want the burst of 10 and at most 3 refilled before the first refusal", allowed)
+		case !count && allowed < 25:
+			t.Errorf("free refusals: %d allowed in 2 s, want 10 + about 20", allowed)
+		}
+		t.Logf("count %v: %d allowed", count, allowed)
+	}
+}
