@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,8 +25,8 @@ import (
 type Set struct {
 	// Version orders snapshots from the rules service; zero for a file.
 	Version int64
-	// Hash is the hex SHA-256 of the set's canonical JSON: two sets with
-	// the same rules have the same hash.
+	// Hash is the hex SHA-256 of the set's canonical JSON, rules' versions
+	// left out: two sets with the same rules have the same hash.
 	Hash string
 	doc  Document
 
@@ -214,7 +215,17 @@ func Compile(doc Document, version int64) (*Set, error) {
 			s.byMatch[mk] = append(s.byMatch[mk], c)
 		}
 	}
-	canon, err := json.Marshal(doc)
+	// The hash is of the rules, not of the snapshot that last changed each
+	// (Rule.Version), so that a rule set validated before it is published
+	// hashes as its snapshot will.
+	hashed := doc
+	if slices.ContainsFunc(doc.Rules, func(r Rule) bool { return r.Version != 0 }) {
+		hashed.Rules = slices.Clone(doc.Rules)
+		for i := range hashed.Rules {
+			hashed.Rules[i].Version = 0
+		}
+	}
+	canon, err := json.Marshal(hashed)
 	if err != nil {
 		return nil, fmt.Errorf("rules: encode for hashing: %w", err)
 	}

@@ -104,7 +104,7 @@ func (b *built) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
 		return 0, fmt.Errorf("next snapshot version: %w", err)
 	}
 	if b.stamp(v) {
-		// The hash covers the versions: compile again.
+		// The set serves the document as stamped: compile again.
 		if err := b.compile(); err != nil {
 			return 0, fmt.Errorf("compile snapshot %d: %w", v, err)
 		}
@@ -128,6 +128,26 @@ func (b *built) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
 // stamp sets the Version of b's rules that b.changed names to v, and
 // reports whether it set any. The document's rules are copied first: b's
 // may share them with another built (withOverrides).
+// adopt gives the overrides b.changed names version v, that of the
+// emergency snapshot that published them first, and leaves them out of
+// b.changed: the canary snapshot published beside it carries them at the
+// version the fleet runs and the database keeps, and stamps only what it
+// alone changes.
+func (b *built) adopt(v int64) error {
+	adopted := false
+	b.doc.Rules = slices.Clone(b.doc.Rules)
+	for i := range b.doc.Rules {
+		if r := &b.doc.Rules[i]; slices.Contains(b.overrides, r.ID) && slices.Contains(b.changed, r.ID) {
+			r.Version, adopted = v, true
+		}
+	}
+	if !adopted {
+		return nil
+	}
+	b.changed = slices.DeleteFunc(slices.Clone(b.changed), func(id int64) bool { return slices.Contains(b.overrides, id) })
+	return b.compile()
+}
+
 func (b *built) stamp(v int64) bool {
 	if len(b.changed) == 0 {
 		return false

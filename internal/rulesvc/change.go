@@ -81,8 +81,14 @@ func (s *Service) commit(ctx context.Context, c change) (outcome, Published, err
 			return err
 		}
 		if out.ruleID != 0 {
+			// An override published beside a running canary is the
+			// emergency snapshot's: the version the fleet runs.
+			ruleVersion := pub.Version
+			if c.emergency {
+				ruleVersion = cmp.Or(pub.Emergency, pub.Version)
+			}
 			if _, err := tx.Exec(ctx, "UPDATE rules SET version = $1, updated_at = now() WHERE id = $2",
-				pub.Version, out.ruleID); err != nil {
+				ruleVersion, out.ruleID); err != nil {
 				return fmt.Errorf("set rule %d version: %w", out.ruleID, err)
 			}
 			if out.after, err = readRule(ctx, tx, out.ruleID); err != nil {
@@ -181,6 +187,9 @@ func (s *Service) publish(ctx context.Context, tx pgx.Tx, b *built, emergency bo
 	ev, err := s.startRollout(ctx, tx, e, "promoted", true, "")
 	if err != nil {
 		return Published{}, err
+	}
+	if err := b.adopt(ev); err != nil {
+		return Published{}, fmt.Errorf("compile the canary snapshot: %w", err)
 	}
 	v, err := s.startRollout(ctx, tx, b, "canary", false, "")
 	return Published{Version: v, Rollout: "canary", Emergency: ev}, err
