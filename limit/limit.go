@@ -588,8 +588,9 @@ var ErrBadReply = errors.New("the store answered with an unusable reply")
 //     refuses only what would make it fail or corrupt what it keeps, with
 //     an error matching ErrInvalid: memstore and redisstore refuse a
 //     request without limits or of a negative cost, memstore a zero rate
-//     or period, and redisstore's script, once per distinct limit, a rate,
-//     period or burst below 1 or too large to count exactly. Anything else
+//     or period or a sliding log over MaxLogCount, and redisstore's
+//     script, once per distinct limit, a rate, period or burst below 1,
+//     a value too large to count exactly or such a log. Anything else
 //     invalid (a limit named twice, a name with a colon, an unknown
 //     algorithm in memstore) is answered, not refused, and the answer may
 //     be wrong. An embedder that calls a store directly, rather than

@@ -110,15 +110,16 @@ func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, err
 }
 
 // usable refuses what would make the store fail or answer nothing: no
-// limits, a negative cost, or a rate or period that an algorithm divides by being zero: the
-// one check of a request it takes as
+// limits, a negative cost, a rate or period that an algorithm divides by
+// being zero, or a sliding log longer than limit.MaxLogCount, which it
+// would allocate. It is the one check of a request the store takes as
 // valid (limit.Store). A key's known limit (takeKnown) passed it once.
 func usable(req *limit.Request) error {
 	if len(req.Limits) == 0 || req.Cost < 0 {
 		return fmt.Errorf("memstore: request of cost %d and %d limits cannot be taken (limit.Request.Validate): %w", req.Cost, len(req.Limits), limit.ErrInvalid)
 	}
 	for i := range req.Limits {
-		if l := &req.Limits[i]; l.Count < 1 || l.PeriodMillis() < 1 {
+		if l := &req.Limits[i]; l.Count < 1 || l.PeriodMillis() < 1 || l.Alg() == limit.SlidingLog && l.Count > limit.MaxLogCount {
 			return fmt.Errorf("memstore: limit %q: rate %d per %v cannot be counted (limit.Limit.Validate): %w", l.Name, l.Count, l.Period, limit.ErrInvalid)
 		}
 	}

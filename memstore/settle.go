@@ -37,7 +37,7 @@ func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Se
 	sh := s.keys.Of(req.Key)
 	sh.Lock()
 	defer sh.Unlock()
-	debt, _ := charge(sh, s.clock(req), req, delta, false, -1)
+	debt := charge(sh, s.clock(req), req, delta, false, nil)
 	return Settled{Debt: debt}, nil
 }
 
@@ -73,7 +73,7 @@ func enforced(ls []limit.Limit) []limit.Limit {
 // caller holds sh's lock. It returns the most tokens any limit was short
 // of and, for limit idx (-1 for none), the ms until a take of req's cost
 // fits afterwards.
-func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals bool, idx int) (debt, retry int64) {
+func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals bool, retries []int64) (debt int64) {
 	e := sh.M[req.Key]
 	if e != nil && e.expires <= now {
 		e.slots, e.byName = e.slots[:0], nil
@@ -94,8 +94,8 @@ func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals boo
 		}
 		next, ttl, short := SettleState(l, &st, now, delta)
 		debt = max(debt, short)
-		if i == idx {
-			retry = retryAfter(l, &next, now, req.EffectiveCost())
+		if retries != nil {
+			retries[i] = retryAfter(l, &next, now, req.EffectiveCost())
 		}
 		if ttl == 0 {
 			continue // a full window: nothing to write
@@ -115,7 +115,7 @@ func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals boo
 		}
 		e.expires = max(e.expires, sl.expires)
 	}
-	return debt, retry
+	return debt
 }
 
 // chargeOwed charges req.Refused, the cost of refusals answered without
@@ -125,7 +125,7 @@ func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals boo
 func chargeOwed(sh *stripe, now int64, req *limit.Request) (counts bool) {
 	counts = req.ChargesRefusals()
 	if counts && req.Refused > 0 {
-		charge(sh, now, req, req.Refused, true, -1)
+		charge(sh, now, req, req.Refused, true, nil)
 	}
 	return counts
 }
@@ -134,15 +134,46 @@ func chargeOwed(sh *stripe, now int64, req *limit.Request) (counts bool) {
 // count refusals, under the lock that refused it (the caller holds sh's),
 // and moves d's (and its Results') retry time to when the request fits
 // after that charge.
+//
+// Every charged limit that refused moves its own retry time, and the
+// decision is the one that now waits longest, as redisstore's script
+// answers: a client that waits the answer's RetryAfter is not refused
+// again by a limit whose charge outlasted it.
 func chargeRefusal(sh *stripe, now int64, req *limit.Request, d *limit.Decision, rs []limit.Result) {
-	_, retry := charge(sh, now, req, req.EffectiveCost(), true, d.Index)
-	if retry <= 0 || d.RetryAfter == limit.Never {
+	var buf [8]int64
+	retries := buf[:0]
+	if len(req.Limits) > len(buf) {
+		retries = make([]int64, 0, len(req.Limits))
+	}
+	retries = retries[:len(req.Limits)]
+	clear(retries)
+	charge(sh, now, req, req.EffectiveCost(), true, retries)
+	if d.RetryAfter == limit.Never {
 		return
 	}
-	d.RetryAfter = max(d.RetryAfter, time.Duration(retry)*time.Millisecond)
-	d.Remaining = 0
-	if rs != nil {
-		rs[d.Index].RetryAfter, rs[d.Index].Remaining = d.RetryAfter, 0
+	if rs == nil { // one enforced limit: the decision is its answer
+		if wait := time.Duration(retries[0]) * time.Millisecond; wait > d.RetryAfter {
+			d.RetryAfter, d.Remaining = wait, 0
+		}
+		return
+	}
+	best := -1
+	for i := range rs {
+		r, l := &rs[i], &req.Limits[i]
+		if l.Shadow || r.Allowed {
+			continue
+		}
+		if wait := time.Duration(retries[i]) * time.Millisecond; wait > r.RetryAfter {
+			r.RetryAfter, r.Remaining = wait, 0
+		}
+		// The first refusal that waits longest decides, as limit.Decide
+		// picks it.
+		if best < 0 || r.RetryAfter > rs[best].RetryAfter {
+			best = i
+		}
+	}
+	if best >= 0 {
+		d.Index, d.RetryAfter, d.Remaining, d.ResetAfter = best, rs[best].RetryAfter, rs[best].Remaining, rs[best].ResetAfter
 	}
 }
 

@@ -20,6 +20,37 @@ func RunRefusals(t *testing.T, newStore Factory) {
 			t.Run("RefusedCharged", func(t *testing.T) { testRefusedCharged(t, newStore, alg) })
 		})
 	}
+	t.Run("ChargeOutlastsAnotherLimit", func(t *testing.T) { testChargeOutlastsAnotherLimit(t, newStore) })
+}
+
+// A request refused by two limits, a token bucket whose refusals count (10
+// a second, bursts of 1) and a fixed window (1 per 150 ms): the window's
+// wait is the longer before the charge, the bucket's after it. The answer
+// waits the longest of every limit's wait after the charge, so a client
+// that waits RetryAfter passes rather than being refused (and charged)
+// again.
+func testChargeOutlastsAnotherLimit(t *testing.T, newStore Factory) {
+	clk := NewClock(start)
+	s := newStore(t, clk.Now)
+	b := perSecond("b", 10, 1)
+	b.CountRefusals = true
+	w := limit.Limit{Name: "w", Count: 1, Period: 150 * time.Millisecond, Algorithm: limit.FixedWindow}
+	req := &limit.Request{Key: uniqueKey(t, "k"), Limits: []limit.Limit{b, w}}
+	if d := take(t, s, req); !d.Allowed {
+		t.Fatalf("a fresh key: %+v, want allowed", d)
+	}
+	clk.Advance(10 * time.Millisecond)
+	d := take(t, s, req)
+	if d.Allowed || d.Index != 0 {
+		t.Fatalf("10 ms later: %+v, want refused, the charged bucket deciding", d)
+	}
+	if r, ok := d.Result(0); ok && r.RetryAfter != d.RetryAfter {
+		t.Errorf("the bucket's own wait %v, the answer's %v: want the same", r.RetryAfter, d.RetryAfter)
+	}
+	clk.Advance(d.RetryAfter)
+	if d2 := take(t, s, req); !d2.Allowed {
+		t.Errorf("after waiting RetryAfter (%v): %+v, want allowed", d.RetryAfter, d2)
+	}
 }
 
 // counting is 10 a second in bursts of 10 whose refusals count: a token
