@@ -57,6 +57,15 @@ func (l *Limiter) hold(w http.ResponseWriter, p *pending) (held, error) {
 		return h, nil
 	}
 	cl, r := p.cl, p.cl.r
+	// Until hold returns its slots for the caller to release, it releases
+	// them itself on the way out, a panic in a decision callback
+	// (shadowRefused runs the embedder's OnDecision) included.
+	kept := false
+	defer func() {
+		if !kept {
+			h.release()
+		}
+	}()
 	room := int64(-1) // the fewest slots left of an enforced limit
 	for i := range min(len(p.conc), len(h)) {
 		cc := &p.conc[i]
@@ -79,10 +88,10 @@ func (l *Limiter) hold(w http.ResponseWriter, p *pending) (held, error) {
 			hd["X-Concurrency-In-Flight"] = []string{strconv.FormatInt(d.InFlight, 10)}
 		}
 		if !d.Allowed {
-			h.release()
 			return held{}, l.concurrencyRefusal(w, cl, cc, &d)
 		}
 	}
+	kept = true
 	return h, nil
 }
 

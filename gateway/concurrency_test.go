@@ -255,3 +255,71 @@ func holdSlots(t *testing.T, addr string) {
 	os.Stdout.WriteString("held\n")
 	select {}
 }
+
+// TestConcurrencySlotsReleasedOnCallbackPanic runs a key with an enforced
+// concurrency limit and a shadow one of 1 in flight whose second request
+// would be refused, at which the embedder's OnDecision panics: the
+// request fails, and the slots it had taken are released all the same,
+// so the key is not left holding them until they time out.
+func TestConcurrencySlotsReleasedOnCallbackPanic(t *testing.T) {
+	srv := redistest.Standalone(t)
+	set, err := rules.Parse("conc.yaml", []byte(`
+keys:
+  key_c: {plan: pro}
+rules:
+  - scope: plan
+    match: {plan: pro}
+    concurrency: 2
+    limits: [{name: s, rate: 1000, per: 1s}]
+  - scope: plan
+    match: {plan: pro}
+    mode: shadow
+    concurrency: 1
+    limits: [{name: s, rate: 1000, per: 1s}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := concPipeline(t, srv.Addr())
+	l, err := gateway.New(gateway.Config{Store: p, Rules: gateway.StaticRules(set), OnDecision: func(e gateway.Event) {
+		if e.Shadow && !e.Decision.Allowed {
+			panic("embedder's callback bug")
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	hs := httptest.NewUnstartedServer(l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	})))
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic's trace
+	hs.Start()
+	t.Cleanup(hs.Close)
+	get := func(ctx context.Context, path string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+path, nil)
+		req.Header.Set("X-API-Key", "key_c")
+		return http.DefaultClient.Do(req)
+	}
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		if resp, err := get(context.Background(), "/hold"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, "the first request's slot taken", func() bool { return inFlight(t, func() *redistest.Server { return srv }, p) == 1 })
+	// The second: the shadow limit would refuse it and the callback panics.
+	if resp, err := get(t.Context(), "/x"); err == nil {
+		resp.Body.Close()
+	}
+	eventually(t, "the panicking request's slot released", func() bool { return inFlight(t, func() *redistest.Server { return srv }, p) == 1 })
+	close(release)
+	<-held
+	eventually(t, "every slot released", func() bool { return inFlight(t, func() *redistest.Server { return srv }, p) == 0 })
+}
