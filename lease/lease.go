@@ -277,7 +277,10 @@ func (m *miss) takeOwed(b *book, now int64) {
 func fillMs(req *limit.Request) int64 {
 	var ms int64
 	for i := range req.Limits {
-		if l := &req.Limits[i]; l.ChargesRefusals() {
+		// A Count of 0 is invalid (limit.Limit.Validate), and the inner
+		// store refuses it; the lease layer does not check requests again
+		// (Take), so it must not divide by it.
+		if l := &req.Limits[i]; l.ChargesRefusals() && l.Count > 0 {
 			ms = max(ms, (l.EffectiveBurst()*l.PeriodMillis()+l.Count-1)/l.Count)
 		}
 	}
@@ -514,7 +517,20 @@ func shared(src limit.Source) bool {
 }
 
 // refill fetches the next batch for e in the background, off the request
-// path. e.b.fetching is already set; the refill clears it.
+// path, charging owed, refusals the key owes (limit.Request.Refused).
+// e.b.fetching is already set; the refill clears it.
+//
+// No client is refused when a refill is, so a refill's own refusal is
+// never charged on top of what the key owes: the shared store charges a
+// refused call's cost (1) to the limits that count refusals (one charge
+// per leased request while the bucket is empty, which kept a client that
+// waits its Retry-After well below the limit). With nothing owed, the
+// refill's limits go with CountRefusals cleared, and nothing is charged.
+// With refusals owed, they must keep it (a store charges owed refusals
+// only to limits that count them), and the refill sends all it owes but
+// 1, the cost its own refusal is charged: a refused refill charges
+// exactly what is owed, and an allowed one leaves 1 owed in the book for
+// the key's next call.
 func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}, owed int64) {
 	// done clears the refill's flags and wakes its waiters (WaitForRefill);
 	// under e.mu.
@@ -530,6 +546,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		s.mu.Unlock()
 		e.mu.Lock()
 		done()
+		e.b.owed = min(e.b.owed+owed, maxOwed)
 		e.mu.Unlock()
 		return
 	}
@@ -537,7 +554,14 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	s.mu.Unlock()
 	s.metrics.refilling()
 	// The caller may reuse its request once Take returns.
-	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits), Refused: owed}
+	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits)}
+	if owed > 0 {
+		r.Refused = owed - 1
+	} else {
+		for i := range r.Limits {
+			r.Limits[i].CountRefusals = false
+		}
+	}
 	go func() {
 		defer s.wg.Done()
 		granted, d, until, err := s.grant(s.ctx, &r, want)
@@ -549,8 +573,14 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		done()
-		if err != nil {
-			e.b.owed = min(e.b.owed+owed, maxOwed) // for the next call
+		switch {
+		case err != nil, !shared(d.Source):
+			// Not charged in the shared store: for the next call.
+			e.b.owed = min(e.b.owed+owed, maxOwed)
+		case owed > 0 && d.Allowed:
+			// Allowed, the refill's own cost was not charged as a refusal:
+			// the 1 it held back is still owed.
+			e.b.owed, e.b.owedAt = min(e.b.owed+1, maxOwed), max(e.b.owedAt, now)
 		}
 		switch {
 		case err != nil, !shared(d.Source):
