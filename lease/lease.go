@@ -115,6 +115,7 @@ type Store struct {
 // entry is one key's book and the lock that guards it.
 type entry struct {
 	slot *slot // the demand slot its key hashes to, which counts it
+	fill int64 // fillMs of its limits, set when it is made
 	mu   sync.Mutex
 	b    book // guarded by mu
 }
@@ -213,7 +214,7 @@ func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit
 		return s.direct(ctx, req, upTo)
 	}
 	e := s.entry(req, h, sl, now, cur, prev)
-	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req), fill: fillMs(req), refused: req.Refused}
+	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req), fill: e.fill, refused: req.Refused}
 	for {
 		d, wait, served := s.fromMemory(e, now, &m)
 		if served {
@@ -629,7 +630,7 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 	defer sh.Unlock()
 	e := sh.M[string(id)]
 	if e == nil {
-		e = &entry{slot: sl}
+		e = &entry{slot: sl, fill: fillMs(req)}
 		e.b.lastUsed = now
 		// The book counts this request itself; before it, this window
 		// held cur-1 and the last one prev.
@@ -639,19 +640,24 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 		sl.entries.Add(1)
 	}
 	if sh.Due(now, s.idle) {
-		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now-s.idle, e) })
+		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now, s.idle, e) })
 	}
 	return e
 }
 
-// drop reports whether a sweep drops e: last used before cutoff, not keep
-// and with no batch in flight. A dropped entry leaves its demand slot.
-func (e *entry) drop(cutoff int64, keep *entry) bool {
+// drop reports whether a sweep at now drops e: last used more than idle
+// ms before, not keep, with no batch in flight, and owing no refusals
+// younger than its limits' fill time (which its key's next call must
+// still charge, however long the key was idle). A dropped entry leaves
+// its demand slot.
+func (e *entry) drop(now, idleMs int64, keep *entry) bool {
 	if e == keep {
 		return false
 	}
 	e.mu.Lock()
-	idle := e.b.lastUsed < cutoff && !e.b.fetching && e.b.asking == nil
+	b := &e.b
+	idle := b.lastUsed < now-idleMs && !b.fetching && b.asking == nil &&
+		(b.owed == 0 || now-b.owedAt >= e.fill)
 	e.mu.Unlock()
 	if idle {
 		e.slot.entries.Add(-1)

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -75,6 +76,83 @@ func TestRefillRefusalIsFree(t *testing.T) {
 	t.Logf("allowed in 10 s through leases: %d with free refusals, %d with refusals that count", free, count)
 	if count < free*98/100 {
 		t.Errorf("a client that waits its Retry-After is allowed %d times when refusals count, %d when they are free", count, free)
+	}
+}
+
+// hammerThenPause sends a client that ignores 429 every 10 ms for 1.6 s
+// on a limit of 1 a second with a burst of 10, whose refusals count (it
+// takes 10 s to fill), then pauses 6 s, longer than the lease entries'
+// Idle (5 s) and shorter than the fill time, while another key of the same
+// shard sweeps it when sweep is set. It reports whether the client's next
+// request is allowed and the owed refusals that request's call carried.
+func hammerThenPause(t *testing.T, leased, sweep bool) (allowed bool, owed int64) {
+	clk := limittest.NewClock(start)
+	var st limit.Store = memstore.New(memstore.Config{Now: clk.Now})
+	var s *Store
+	var o *owedSent
+	if leased {
+		s, o = newOwedStore(t, clk)
+		st = s
+	}
+	l := limit.Limit{Name: "s", Count: 1, Period: time.Second, Burst: 10, CountRefusals: true}
+	req := &limit.Request{Key: "k:hammer", Limits: []limit.Limit{l}}
+	for range 160 {
+		if _, err := st.Take(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	clk.Advance(6 * time.Second)
+	if s != nil && sweep {
+		h := s.shards.Hash(req.Key)
+		for i := 0; ; i++ {
+			k := fmt.Sprintf("k:other%d", i)
+			if s.shards.At(s.shards.Hash(k)) != s.shards.At(h) {
+				continue
+			}
+			other := &limit.Request{Key: k, Limits: []limit.Limit{l}}
+			for range 3 {
+				if _, err := st.Take(t.Context(), other); err != nil {
+					t.Fatal(err)
+				}
+			}
+			break
+		}
+	}
+	var before int64
+	if o != nil {
+		before = o.n
+	}
+	d, err := st.Take(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o != nil {
+		owed = o.n - before
+	}
+	return d.Allowed, owed
+}
+
+// TestOwedOutlivesIdle checks that the refusals a key owes survive a sweep
+// of idle entries for as long as the limit takes to fill: a client that
+// hammered a limit that fills in 10 s, then paused 6 s, is refused on its
+// return, as it is straight against the shared store, because its next
+// call carries what it owes.
+func TestOwedOutlivesIdle(t *testing.T) {
+	directAllowed, _ := hammerThenPause(t, false, false)
+	if directAllowed {
+		t.Fatal("the store alone allows the client after its pause: the test shows nothing")
+	}
+	for _, sweep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sweep=%v", sweep), func(t *testing.T) {
+			allowed, owed := hammerThenPause(t, true, sweep)
+			if allowed {
+				t.Errorf("allowed after a 6 s pause through leases (owed refusals sent: %d); the store alone refuses", owed)
+			}
+			if owed == 0 {
+				t.Error("the call after the pause carried no owed refusals")
+			}
+		})
 	}
 }
 
