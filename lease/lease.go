@@ -436,6 +436,12 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 			b.expires = max(b.expires, m.reservedUntil)
 		}
 		if a.err == nil && shared(a.d.Source) {
+			if m.fill > 0 && m.reserved > 0 {
+				// Refusals count: the store charged the call's cost, the
+				// request's less the leased tokens set aside for it (back
+				// in the book now); the rest is owed.
+				b.owed, b.owedAt = min(b.owed+m.reserved, maxOwed), now
+			}
 			b.deny(now, m.cost, s.ttl, a.d, holdFor(req, a.d, m.size, m.cost))
 		} else {
 			// No shared answer to wait for (an error, a shed request, a

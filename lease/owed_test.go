@@ -177,3 +177,41 @@ func TestInvalidCountNoPanic(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedMissOwesFullCost checks that a request the shared store
+// refuses, after the lease set aside its few leftover tokens for it, owes
+// the rest of its cost: the store charged the call's cost, the request's
+// cost less the tokens set aside (which go back to the lease), and under
+// refusals that count the whole cost is charged.
+func TestRefusedMissOwesFullCost(t *testing.T) {
+	tests := []struct {
+		name     string
+		fill     int64 // ms; 0: refusals are free
+		wantOwed int64
+	}{
+		{"count", 10_000, 2},
+		{"free", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := limittest.NewClock(start)
+			s, _ := newOwedStore(t, clk)
+			now := clk.Now().UnixMilli()
+			l := bucket(10, 10)
+			l.CountRefusals = tt.fill > 0
+			req := &limit.Request{Key: "k", Limits: []limit.Limit{l}, Cost: 5}
+			e := &entry{}
+			m := &miss{cost: 5, upTo: 5, fill: tt.fill, reserved: 2, reservedUntil: now + 1000, need: 3, want: 3}
+			a := &answer{d: limit.Decision{RetryAfter: time.Second, Source: limit.FromMemory}}
+			if d, err := s.settle(e, req, m, a); err != nil || d.Allowed {
+				t.Fatalf("settle = %+v, %v; want a refusal", d, err)
+			}
+			if e.b.owed != tt.wantOwed {
+				t.Errorf("owed after the refusal = %d, want %d", e.b.owed, tt.wantOwed)
+			}
+			if e.b.tokens != 2 {
+				t.Errorf("leased tokens after the refusal = %d, want the 2 set aside back", e.b.tokens)
+			}
+		})
+	}
+}
