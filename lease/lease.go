@@ -34,7 +34,12 @@
 // memory is added up in the key's book and charged with the key's next
 // call to the shared store (limit.Request.Refused), never a call per
 // refusal: a client that ignores 429 pays for every refusal, as it would
-// without leases, and stays out until it stops.
+// without leases, and stays out until it stops. Owed refusals are charged
+// at least once: a call that fails puts them back for the key's next call,
+// even when the shared store had run it before the error (a timeout), so
+// they may be charged twice, within the bound the stores put on debt (one
+// burst). A background refill's own refusal refuses no client and is not
+// charged.
 package lease
 
 import (
