@@ -215,3 +215,51 @@ func TestRefusedMissOwesFullCost(t *testing.T) {
 		})
 	}
 }
+
+// TestRefillChargesExactlyOwed runs one background refill carrying 5
+// owed refusals, on a limit whose refusals count, with the bucket full
+// and with it empty: the shared store charges a refused call's cost (1)
+// on top of what it is sent, so the refill sends 4 and, refused, owes
+// nothing more, while allowed (its cost not charged as a refusal) it
+// leaves 1 owed for the key's next call.
+func TestRefillChargesExactlyOwed(t *testing.T) {
+	tests := []struct {
+		name      string
+		empty     bool
+		wantOwed  int64 // left in the book
+		wantTaken bool  // tokens leased
+	}{
+		{"allowed", false, 1, true},
+		{"refused", true, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := limittest.NewClock(start)
+			s, o := newOwedStore(t, clk)
+			l := bucket(100, 100)
+			l.CountRefusals = true
+			req := &limit.Request{Key: "k", Limits: []limit.Limit{l}}
+			if tt.empty {
+				if _, _, err := o.TakeUpTo(t.Context(), req, 100); err != nil {
+					t.Fatal(err)
+				}
+				o.n = 0
+			}
+			e := &entry{fill: fillMs(req)}
+			e.b.fetching = true
+			s.refill(e, req, 10, nil, 5)
+			s.wg.Wait()
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if o.n != 4 {
+				t.Errorf("owed refusals sent with the refill = %d, want 4 (5 less its own cost)", o.n)
+			}
+			if e.b.owed != tt.wantOwed {
+				t.Errorf("owed after the refill = %d, want %d", e.b.owed, tt.wantOwed)
+			}
+			if got := e.b.tokens > 0; got != tt.wantTaken {
+				t.Errorf("tokens leased = %d, want some: %v", e.b.tokens, tt.wantTaken)
+			}
+		})
+	}
+}
