@@ -34,7 +34,12 @@
 // memory is added up in the key's book and charged with the key's next
 // call to the shared store (limit.Request.Refused), never a call per
 // refusal: a client that ignores 429 pays for every refusal, as it would
-// without leases, and stays out until it stops.
+// without leases, and stays out until it stops. Owed refusals are charged
+// at least once: a call that fails puts them back for the key's next call,
+// even when the shared store had run it before the error (a timeout), so
+// they may be charged twice, within the bound the stores put on debt (one
+// burst). A background refill's own refusal refuses no client and is not
+// charged.
 package lease
 
 import (
@@ -115,6 +120,7 @@ type Store struct {
 // entry is one key's book and the lock that guards it.
 type entry struct {
 	slot *slot // the demand slot its key hashes to, which counts it
+	fill int64 // fillMs of its limits, set when it is made
 	mu   sync.Mutex
 	b    book // guarded by mu
 }
@@ -213,7 +219,7 @@ func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit
 		return s.direct(ctx, req, upTo)
 	}
 	e := s.entry(req, h, sl, now, cur, prev)
-	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req), fill: fillMs(req), refused: req.Refused}
+	m := miss{cost: req.EffectiveCost(), upTo: upTo, batch: s.batch(req), fill: e.fill, refused: req.Refused}
 	for {
 		d, wait, served := s.fromMemory(e, now, &m)
 		if served {
@@ -277,7 +283,10 @@ func (m *miss) takeOwed(b *book, now int64) {
 func fillMs(req *limit.Request) int64 {
 	var ms int64
 	for i := range req.Limits {
-		if l := &req.Limits[i]; l.ChargesRefusals() {
+		// A Count of 0 is invalid (limit.Limit.Validate), and the inner
+		// store refuses it; the lease layer does not check requests again
+		// (Take), so it must not divide by it.
+		if l := &req.Limits[i]; l.ChargesRefusals() && l.Count > 0 {
 			ms = max(ms, (l.EffectiveBurst()*l.PeriodMillis()+l.Count-1)/l.Count)
 		}
 	}
@@ -432,6 +441,12 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 			b.expires = max(b.expires, m.reservedUntil)
 		}
 		if a.err == nil && shared(a.d.Source) {
+			if m.fill > 0 && m.reserved > 0 {
+				// Refusals count: the store charged the call's cost, the
+				// request's less the leased tokens set aside for it (back
+				// in the book now); the rest is owed.
+				b.owed, b.owedAt = min(b.owed+m.reserved, maxOwed), now
+			}
 			b.deny(now, m.cost, s.ttl, a.d, holdFor(req, a.d, m.size, m.cost))
 		} else {
 			// No shared answer to wait for (an error, a shed request, a
@@ -514,7 +529,20 @@ func shared(src limit.Source) bool {
 }
 
 // refill fetches the next batch for e in the background, off the request
-// path. e.b.fetching is already set; the refill clears it.
+// path, charging owed, refusals the key owes (limit.Request.Refused).
+// e.b.fetching is already set; the refill clears it.
+//
+// No client is refused when a refill is, so a refill's own refusal is
+// never charged on top of what the key owes: the shared store charges a
+// refused call's cost (1) to the limits that count refusals (one charge
+// per leased request while the bucket is empty, which kept a client that
+// waits its Retry-After well below the limit). With nothing owed, the
+// refill's limits go with CountRefusals cleared, and nothing is charged.
+// With refusals owed, they must keep it (a store charges owed refusals
+// only to limits that count them), and the refill sends all it owes but
+// 1, the cost its own refusal is charged: a refused refill charges
+// exactly what is owed, and an allowed one leaves 1 owed in the book for
+// the key's next call.
 func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}, owed int64) {
 	// done clears the refill's flags and wakes its waiters (WaitForRefill);
 	// under e.mu.
@@ -530,6 +558,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		s.mu.Unlock()
 		e.mu.Lock()
 		done()
+		e.b.owed = min(e.b.owed+owed, maxOwed)
 		e.mu.Unlock()
 		return
 	}
@@ -537,7 +566,14 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	s.mu.Unlock()
 	s.metrics.refilling()
 	// The caller may reuse its request once Take returns.
-	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits), Refused: owed}
+	r := limit.Request{Key: req.Key, Cost: 1, Limits: slices.Clone(req.Limits)}
+	if owed > 0 {
+		r.Refused = owed - 1
+	} else {
+		for i := range r.Limits {
+			r.Limits[i].CountRefusals = false
+		}
+	}
 	go func() {
 		defer s.wg.Done()
 		granted, d, until, err := s.grant(s.ctx, &r, want)
@@ -549,8 +585,14 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		done()
-		if err != nil {
-			e.b.owed = min(e.b.owed+owed, maxOwed) // for the next call
+		switch {
+		case err != nil, !shared(d.Source):
+			// Not charged in the shared store: for the next call.
+			e.b.owed = min(e.b.owed+owed, maxOwed)
+		case owed > 0 && d.Allowed:
+			// Allowed, the refill's own cost was not charged as a refusal:
+			// the 1 it held back is still owed.
+			e.b.owed, e.b.owedAt = min(e.b.owed+1, maxOwed), max(e.b.owedAt, now)
 		}
 		switch {
 		case err != nil, !shared(d.Source):
@@ -599,7 +641,7 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 	defer sh.Unlock()
 	e := sh.M[string(id)]
 	if e == nil {
-		e = &entry{slot: sl}
+		e = &entry{slot: sl, fill: fillMs(req)}
 		e.b.lastUsed = now
 		// The book counts this request itself; before it, this window
 		// held cur-1 and the last one prev.
@@ -609,19 +651,24 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 		sl.entries.Add(1)
 	}
 	if sh.Due(now, s.idle) {
-		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now-s.idle, e) })
+		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now, s.idle, e) })
 	}
 	return e
 }
 
-// drop reports whether a sweep drops e: last used before cutoff, not keep
-// and with no batch in flight. A dropped entry leaves its demand slot.
-func (e *entry) drop(cutoff int64, keep *entry) bool {
+// drop reports whether a sweep at now drops e: last used more than idle
+// ms before, not keep, with no batch in flight, and owing no refusals
+// younger than its limits' fill time (which its key's next call must
+// still charge, however long the key was idle). A dropped entry leaves
+// its demand slot.
+func (e *entry) drop(now, idleMs int64, keep *entry) bool {
 	if e == keep {
 		return false
 	}
 	e.mu.Lock()
-	idle := e.b.lastUsed < cutoff && !e.b.fetching && e.b.asking == nil
+	b := &e.b
+	idle := b.lastUsed < now-idleMs && !b.fetching && b.asking == nil &&
+		(b.owed == 0 || now-b.owedAt >= e.fill)
 	e.mu.Unlock()
 	if idle {
 		e.slot.entries.Add(-1)
