@@ -43,6 +43,18 @@ type book struct {
 // the bound keeps the sum from overflowing.
 const maxOwed = 1 << 40
 
+// owe adds cost to the refusals the key owes, the last of them refused at
+// at (Unix ms).
+func (b *book) owe(cost, at int64) {
+	b.owed, b.owedAt = min(b.owed+cost, maxOwed), at
+}
+
+// putBack returns owed refusals a call was to charge and did not: they
+// wait for the key's next call, as old as they were.
+func (b *book) putBack(owed int64) {
+	b.owed = min(b.owed+owed, maxOwed)
+}
+
 // seen counts a request of weight (1 a request; a relay's caller, the
 // tokens it asks for) at now and returns the key's demand here: the weight
 // in the busier of the current and the previous window of size ms.

@@ -305,7 +305,8 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	if m.refused > 0 {
 		// Refusals a caller answered from its own memory (a gateway
 		// behind a relay): owed like this store's own, whatever answers.
-		b.owed, b.owedAt, m.refused = min(b.owed+m.refused, maxOwed), now, 0
+		b.owe(m.refused, now)
+		m.refused = 0
 	}
 	if m.size == 0 {
 		// A relay's caller asking for a batch counts as the tokens it
@@ -338,7 +339,7 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 		if m.fill > 0 {
 			// Refusals count: charged with the key's next call, not one
 			// call per refusal.
-			b.owed, b.owedAt = min(b.owed+m.cost, maxOwed), now
+			b.owe(m.cost, now)
 		}
 		d = b.deniedAt(now)
 		m.dropped = b.takeDropped()
@@ -428,7 +429,7 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 	}
 	if a == nil || a.err != nil {
 		// The refusals the call was to charge wait for the next one.
-		b.owed = min(b.owed+m.owed, maxOwed)
+		b.putBack(m.owed)
 	}
 	if a == nil {
 		b.lastRefused = false
@@ -445,7 +446,7 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 				// Refusals count: the store charged the call's cost, the
 				// request's less the leased tokens set aside for it (back
 				// in the book now); the rest is owed.
-				b.owed, b.owedAt = min(b.owed+m.reserved, maxOwed), now
+				b.owe(m.reserved, now)
 			}
 			b.deny(now, m.cost, s.ttl, a.d, holdFor(req, a.d, m.size, m.cost))
 		} else {
@@ -558,7 +559,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		s.mu.Unlock()
 		e.mu.Lock()
 		done()
-		e.b.owed = min(e.b.owed+owed, maxOwed)
+		e.b.putBack(owed)
 		e.mu.Unlock()
 		return
 	}
@@ -587,17 +588,18 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		done()
 		switch {
 		case err != nil, !shared(d.Source):
-			// Not charged in the shared store: for the next call.
-			e.b.owed = min(e.b.owed+owed, maxOwed)
+			// Not charged in the shared store: the owed refusals wait for
+			// the next call. A token from the local fallback is one
+			// request's answer, not a lease: dropping it errs under the
+			// limit, as leases do.
+			e.b.putBack(owed)
+			return
 		case owed > 0 && d.Allowed:
 			// Allowed, the refill's own cost was not charged as a refusal:
 			// the 1 it held back is still owed.
-			e.b.owed, e.b.owedAt = min(e.b.owed+1, maxOwed), max(e.b.owedAt, now)
+			e.b.owe(1, max(e.b.owedAt, now))
 		}
 		switch {
-		case err != nil, !shared(d.Source):
-			// A token from the local fallback is one request's answer, not
-			// a lease: dropping it errs under the limit, as leases do.
 		case granted > 0:
 			e.b.add(now, granted, until, d)
 		default:
