@@ -221,10 +221,14 @@ func TestRelayKilledUnderLoad(t *testing.T) {
 	restarted := startRelay(t, srv.Addr(), a.addr, 2)
 	// Back within the client's retry (100ms); give it several.
 	deadline := time.Now().Add(5 * time.Second)
-	for held(restarted) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	// took is whether the restarted relay was seen holding a lease: read
+	// again after the loop, a lease spent meanwhile would read as none.
+	took := false
+	for !took && time.Now().Before(deadline) {
+		if took = held(restarted) > 0; !took {
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
-	took := held(restarted) > 0
 	for via("relay") == relayBefore && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
