@@ -120,38 +120,31 @@ type Plan struct {
 	MemoryByAlgorithm map[limit.Algorithm]float64
 }
 
-func orDefault(v, d float64) float64 {
-	if v == 0 {
-		return d
-	}
-	return v
-}
-
 // Compute fills in defaults and works out the plan. It refuses inputs that
 // cannot describe a deployment, naming the field.
 func Compute(in Inputs) (Plan, error) {
-	in.PeakRPS = orDefault(in.PeakRPS, 1_000_000)
-	in.GatewayRPS = orDefault(in.GatewayRPS, 5_000)
-	in.GatewayBusy = orDefault(in.GatewayBusy, 0.6)
-	in.RedisShare = orDefault(in.RedisShare, 1)
-	in.ScriptsPerShard = orDefault(in.ScriptsPerShard, 50_000)
-	in.ActiveKeys = orDefault(in.ActiveKeys, 1_000_000)
-	in.RulesPerKey = orDefault(in.RulesPerKey, 2)
+	in.PeakRPS = cmp.Or(in.PeakRPS, 1_000_000)
+	in.GatewayRPS = cmp.Or(in.GatewayRPS, 5_000)
+	in.GatewayBusy = cmp.Or(in.GatewayBusy, 0.6)
+	in.RedisShare = cmp.Or(in.RedisShare, 1)
+	in.ScriptsPerShard = cmp.Or(in.ScriptsPerShard, 50_000)
+	in.ActiveKeys = cmp.Or(in.ActiveKeys, 1_000_000)
+	in.RulesPerKey = cmp.Or(in.RulesPerKey, 2)
 	in.Algorithm = cmp.Or(in.Algorithm, limit.TokenBucket)
 	if !in.Algorithm.Known() {
 		return Plan{}, fmt.Errorf("capacity: algorithm %q: want one of %v", in.Algorithm, limit.Algorithms)
 	}
-	in.LimitPerMinute = orDefault(in.LimitPerMinute, 1_000)
-	in.BytesPerLogEntry = orDefault(in.BytesPerLogEntry, BytesPerLogEntry)
+	in.LimitPerMinute = cmp.Or(in.LimitPerMinute, 1_000)
+	in.BytesPerLogEntry = cmp.Or(in.BytesPerLogEntry, BytesPerLogEntry)
 	if in.Algorithm == limit.SlidingLog {
-		in.BytesPerBucket = orDefault(in.BytesPerBucket, in.LimitPerMinute*in.BytesPerLogEntry)
+		in.BytesPerBucket = cmp.Or(in.BytesPerBucket, in.LimitPerMinute*in.BytesPerLogEntry)
 	} else {
-		in.BytesPerBucket = orDefault(in.BytesPerBucket, BytesPerKey[in.Algorithm])
+		in.BytesPerBucket = cmp.Or(in.BytesPerBucket, BytesPerKey[in.Algorithm])
 	}
-	in.BytesPerCall = orDefault(in.BytesPerCall, 250)
-	in.BusyKeyRPS = orDefault(in.BusyKeyRPS, 100_000)
-	in.DataCentres = orDefault(in.DataCentres, 3)
-	in.RelayRPS = orDefault(in.RelayRPS, 100_000)
+	in.BytesPerCall = cmp.Or(in.BytesPerCall, 250)
+	in.BusyKeyRPS = cmp.Or(in.BusyKeyRPS, 100_000)
+	in.DataCentres = cmp.Or(in.DataCentres, 3)
+	in.RelayRPS = cmp.Or(in.RelayRPS, 100_000)
 	for _, f := range []struct {
 		name string
 		v    float64
