@@ -130,28 +130,14 @@ func Run(ctx context.Context, cfg Config, op Op) Result {
 // bounded applies cfg's defaults: it returns ctx cut at the run's duration,
 // the number of workers and the most ops to run.
 func bounded(ctx context.Context, cfg Config) (context.Context, context.CancelFunc, int, int) {
-	workers := cfg.Concurrency
-	if workers <= 0 {
-		workers = 2
-	}
-	dur := cfg.Duration
-	if dur <= 0 {
-		dur = time.Second
-	}
-	maxOps := cfg.MaxOps
-	if maxOps <= 0 {
-		maxOps = 10_000_000
-	}
-	ctx, cancel := context.WithTimeout(ctx, dur)
-	return ctx, cancel, workers, maxOps
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(max(cfg.Duration, 0), time.Second))
+	return ctx, cancel, cmp.Or(max(cfg.Concurrency, 0), 2), cmp.Or(max(cfg.MaxOps, 0), 10_000_000)
 }
 
 // StoreOp returns an op that takes from store for one of keys distinct keys,
 // spread evenly over workers, with the given limits.
 func StoreOp(store limit.Store, keys int, limits []limit.Limit) Op {
-	if keys <= 0 {
-		keys = 1
-	}
+	keys = max(keys, 1)
 	names := make([]string, keys)
 	for i := range names {
 		names[i] = "k:bench-" + strconv.Itoa(i)
@@ -167,9 +153,7 @@ func StoreOp(store limit.Store, keys int, limits []limit.Limit) Op {
 // X-API-Key. A 429 counts as refused; any other status of 400 or more, or a
 // transport error, as an error.
 func HTTPOp(client *http.Client, url string, keys int) Op {
-	if keys <= 0 {
-		keys = 1
-	}
+	keys = max(keys, 1)
 	return func(ctx context.Context, worker, i int) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -85,9 +84,8 @@ func (c *callCounter) close() {
 // reply: lines like "cmdstat_fcall:calls=12,usec=...".
 func scriptCalls(info string) int64 {
 	var n int64
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "cmdstat_"), ":calls=")
+	for line := range strings.FieldsSeq(info) {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
 		if !ok {
 			continue
 		}

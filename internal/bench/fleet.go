@@ -75,9 +75,7 @@ func (c *FleetConfig) defaults() {
 	if len(c.Modes) == 0 {
 		c.Modes = Modes
 	}
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
+	c.Progress = cmp.Or(c.Progress, io.Discard)
 }
 
 // Loopback reports an error naming the first address that is not a
@@ -618,7 +616,6 @@ func (p *phase) result(mode Mode, elapsed time.Duration, ws []worker) ModeResult
 		under += max(0, ks.exact-ks.admitted)
 		order[i] = i
 	}
-	m.OverPct, m.UnderPct = pct(over, m.Exact), pct(under, m.Exact)
 	slices.SortStableFunc(order[1:], func(a, b int) int { return cmp.Compare(p.keys[b].offered, p.keys[a].offered) })
 	final := *p.limits.Load()
 	for _, i := range order[:min(len(order), 10)] {
@@ -637,7 +634,7 @@ func (p *phase) result(mode Mode, elapsed time.Duration, ws []worker) ModeResult
 	m.Timeline = p.timeline()
 	m.Events = p.events
 	m.Window = p.window(m.Timeline)
-	m.OverPct, m.UnderPct = round2(m.OverPct), round2(m.UnderPct)
+	m.OverPct, m.UnderPct = round2(pct(over, m.Exact)), round2(pct(under, m.Exact))
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -65,7 +66,7 @@ svg.chart{border:1px solid #ddd;background:#fff}.axis{stroke:#888}.grid{stroke:#
 		lineChart(&b, s, "calls", "Redis calls a second (all gateways)",
 			func(m ModeResult) []float64 { return m.Timeline.Calls }, nil)
 		latencyChart(&b, s)
-		if hasEvents(s) {
+		if slices.ContainsFunc(s.Modes, func(m ModeResult) bool { return len(m.Events) > 0 }) {
 			lineChart(&b, s, "faults", "answered without Redis or failed, a second; events marked",
 				func(m ModeResult) []float64 {
 					out := make([]float64, len(m.Timeline.Local))
@@ -91,15 +92,6 @@ svg.chart{border:1px solid #ddd;background:#fff}.axis{stroke:#888}.grid{stroke:#
 	b.WriteString("</body></html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func hasEvents(s ScenarioResult) bool {
-	for _, m := range s.Modes {
-		if len(m.Events) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func formatCounts(m map[string]int64) string {

@@ -163,14 +163,13 @@ func SelectScenarios(all []Scenario, names string) ([]Scenario, error) {
 	return out, nil
 }
 
-// traffic is a scenario's streams flattened: every key, its limit, and how
+// traffic is a scenario's streams flattened: every key, its stream, and how
 // to draw the next key the way the scenario's popularity says.
 type traffic struct {
-	keys   []string      // request keys, focus key first
-	limits []limit.Limit // each key's limit at the start
-	stream []int         // each key's stream
-	first  []int         // each stream's first key
-	cum    []float64     // cumulative share of the rate per stream
+	keys   []string  // request keys, focus key first
+	stream []int     // each key's stream
+	first  []int     // each stream's first key
+	cum    []float64 // cumulative share of the rate per stream
 	rate   float64
 	s      []Stream
 }
@@ -187,7 +186,6 @@ func newTraffic(sc Scenario, prefix string) (*traffic, error) {
 		t.first = append(t.first, len(t.keys))
 		for k := range st.Keys {
 			t.keys = append(t.keys, fmt.Sprintf("k:%s%s-%d", prefix, st.Name, k))
-			t.limits = append(t.limits, st.Limit)
 			t.stream = append(t.stream, i)
 		}
 		t.rate += st.Rate
