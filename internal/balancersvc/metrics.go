@@ -10,8 +10,9 @@ import (
 	"github.com/sluice-rl/sluice/share"
 )
 
-// metrics are the balancer's Prometheus collectors. A nil *metrics counts
-// nothing.
+// metrics are the balancer's Prometheus collectors. Without a Registerer
+// they count into a registry of their own that nobody reads: nothing they
+// count is on a request's path.
 type metrics struct {
 	regions      []string
 	duration     prometheus.Histogram
@@ -30,7 +31,7 @@ type metrics struct {
 
 func newMetrics(regions []string, reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
-		return nil, nil
+		reg = prometheus.NewRegistry()
 	}
 	opts := func(name, help string) prometheus.GaugeOpts {
 		return prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "balancer", Name: name, Help: help}
@@ -71,9 +72,6 @@ func newMetrics(regions []string, reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) rebalanced(p *balancer.Plan, d time.Duration) {
-	if m == nil {
-		return
-	}
 	m.duration.Observe(d.Seconds())
 	if p == nil {
 		for _, r := range m.regions {
@@ -96,38 +94,11 @@ func (m *metrics) rebalanced(p *balancer.Plan, d time.Duration) {
 	}
 }
 
-func (m *metrics) published(version int64) {
-	if m != nil {
-		m.version.Set(float64(version))
-	}
-}
-
 func (m *metrics) report(region string, tk balancer.Taken, state int64) {
-	if m == nil {
-		return
-	}
 	m.reports.WithLabelValues(region).Inc()
 	for _, r := range tk.Clamped {
 		m.clamps.WithLabelValues(region, r).Inc()
 	}
 	m.evicted.Add(float64(tk.Evicted))
 	m.stateBytes.Set(float64(state))
-}
-
-func (m *metrics) state(bytes int64) {
-	if m != nil {
-		m.stateBytes.Set(float64(bytes))
-	}
-}
-
-func (m *metrics) refused(region, reason string) {
-	if m != nil {
-		m.refusals.WithLabelValues(region, reason).Inc()
-	}
-}
-
-func (m *metrics) fleetCall() {
-	if m != nil {
-		m.fleetCalls.Inc()
-	}
 }

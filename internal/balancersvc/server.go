@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -271,9 +272,9 @@ func (s *Server) rebalanceLocked() {
 	start := time.Now()
 	now := s.cfg.Now()
 	plan := s.core.Rebalance(now)
-	s.metrics.state(s.core.StateBytes())
+	defer func() { s.metrics.rebalanced(plan, time.Since(start)) }()
+	s.metrics.stateBytes.Set(float64(s.core.StateBytes()))
 	if plan == nil || now.Sub(time.Unix(0, s.since.Load())) < s.cfg.DownAfter || !s.active.Load() {
-		s.metrics.rebalanced(plan, time.Since(start))
 		return
 	}
 	bodies := map[string][]byte{}
@@ -301,28 +302,18 @@ func (s *Server) rebalanceLocked() {
 	}
 	if s.cur != nil && sameShares(s.cur.plan, plan) {
 		s.cur.plan = plan // fresher demand figures, same shares: no new version
-		s.metrics.rebalanced(plan, time.Since(start))
 		return
 	}
 	s.cur = &published{version: version, plan: plan, bodies: bodies}
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.metrics.published(version)
-	s.metrics.rebalanced(plan, time.Since(start))
+	s.metrics.version.Set(float64(version))
 }
 
 // sameShares reports whether two plans give every region the same shares.
 func sameShares(a, b *balancer.Plan) bool {
-	if !slices.Equal(a.Defaults, b.Defaults) || len(a.Pairs) != len(b.Pairs) {
-		return false
-	}
-	for k, pa := range a.Pairs {
-		pb, ok := b.Pairs[k]
-		if !ok || !slices.Equal(pa.Shares, pb.Shares) {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(a.Defaults, b.Defaults) &&
+		maps.EqualFunc(a.Pairs, b.Pairs, func(x, y *balancer.PairPlan) bool { return slices.Equal(x.Shares, y.Shares) })
 }
 
 // Handler returns the balancer's HTTP API: ReportPath, SharesPath,
@@ -366,7 +357,7 @@ func (s *Server) authorized(h func(http.ResponseWriter, *http.Request, *credenti
 			return
 		}
 		if c.fleet {
-			s.metrics.fleetCall()
+			s.metrics.fleetCalls.Inc()
 		}
 		h(w, r, c)
 	}
@@ -422,7 +413,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, regi
 	if !slices.Contains(s.cfg.Regions, region) {
 		region = "unknown"
 	}
-	s.metrics.refused(region, reason)
+	s.metrics.refusals.WithLabelValues(region, reason).Inc()
 	if s.sampled("refused " + reason) {
 		s.log.Warn("balancer call refused", "reason", reason, "region", region, "path", r.URL.Path, "remote", r.RemoteAddr,
 			"status", status, "err", err)
@@ -450,6 +441,10 @@ func fail(w http.ResponseWriter, status int, err error) {
 		Error string `json:"error"`
 	}{err.Error()})
 }
+
+// errNoShares answers a call for shares before the first rebalance after
+// the warm-up.
+var errNoShares = errors.New("shares: none yet: the balancer is gathering its first reports")
 
 // errStandby answers gateways while a standby's primary answers, with
 // StandbyHeader set.
@@ -567,14 +562,13 @@ func (s *Server) serveShares(w http.ResponseWriter, r *http.Request, c *credenti
 			return
 		case <-s.stopped:
 		}
-		if cur == nil {
+		if cur == nil || down {
+			err := errNoShares
+			if down {
+				err = fmt.Errorf("shares: region %q is counted down until its gateways report; keep the shares in force", region)
+			}
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.Interval.Seconds()))))
-			fail(w, http.StatusServiceUnavailable, errors.New("shares: none yet: the balancer is gathering its first reports"))
-			return
-		}
-		if down {
-			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.Interval.Seconds()))))
-			fail(w, http.StatusServiceUnavailable, fmt.Errorf("shares: region %q is counted down until its gateways report; keep the shares in force", region))
+			fail(w, http.StatusServiceUnavailable, err)
 			return
 		}
 		w.WriteHeader(http.StatusNotModified)
@@ -592,15 +586,12 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, c *credential)
 	key := r.PathValue("key")
 	s.mu.Lock()
 	cur := s.cur
-	var plan *balancer.Plan
-	if cur != nil {
-		plan = cur.plan
-	}
 	s.mu.Unlock()
-	if plan == nil {
-		fail(w, http.StatusServiceUnavailable, errors.New("shares: none yet: the balancer is gathering its first reports"))
+	if cur == nil {
+		fail(w, http.StatusServiceUnavailable, errNoShares)
 		return
 	}
+	plan := cur.plan
 	ks := balancer.KeyShares{Key: key, Version: cur.version, Defaults: map[string]balancer.RegionShare{}, Up: map[string]bool{}}
 	for i, reg := range plan.Regions {
 		ks.Up[reg] = plan.Up[i]
