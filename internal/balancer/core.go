@@ -392,9 +392,14 @@ func (c *Core) Rebalance(now time.Time) *Plan {
 		copy(d, t.demand[int(i)*n:])
 		p.Pairs[t.keys[i]] = &PairPlan{Demand: d}
 	}
-	p.Defaults = c.steady(Split(p.Totals, p.Up, c.cfg.MinShare), c.lastDefaults())
+	last := cmp.Or(c.last, &Plan{}) // no shares to keep the first time
+	p.Defaults = c.steady(Split(p.Totals, p.Up, c.cfg.MinShare), last.Defaults)
 	for k, pp := range p.Pairs {
-		pp.Shares = c.steady(Split(pp.Demand, p.Up, c.cfg.MinShare), c.lastShares(k))
+		var old []uint32
+		if lp := last.Pairs[k]; lp != nil {
+			old = lp.Shares
+		}
+		pp.Shares = c.steady(Split(pp.Demand, p.Up, c.cfg.MinShare), old)
 	}
 	c.last = p
 	return p
@@ -508,20 +513,6 @@ func (c *Core) steady(next, old []uint32) []uint32 {
 	return old
 }
 
-func (c *Core) lastDefaults() []uint32 {
-	if c.last == nil {
-		return nil
-	}
-	return c.last.Defaults
-}
-
-func (c *Core) lastShares(k share.Pair) []uint32 {
-	if c.last == nil || c.last.Pairs[k] == nil {
-		return nil
-	}
-	return c.last.Pairs[k].Shares
-}
-
 // Split divides a whole limit (share.Whole) between regions in proportion
 // to their weights: every region that is up gets at least minShare (or an
 // even split, when the regions up cannot all have it), the rest goes to
@@ -530,12 +521,7 @@ func (c *Core) lastShares(k share.Pair) []uint32 {
 // down, so they add up to at most share.Whole.
 func Split(weights []float64, up []bool, minShare uint32) []uint32 {
 	out := make([]uint32, len(weights))
-	nUp := 0
-	for i := range weights {
-		if up[i] {
-			nUp++
-		}
-	}
+	nUp := count(up[:len(weights)])
 	if nUp == 0 {
 		return out
 	}
