@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,8 +129,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c.queue = make(chan *call, MaxTakes)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for range cmp.Or(cfg.Conns, 8) {
-		c.wg.Add(1)
-		go c.send()
+		c.wg.Go(c.send)
 	}
 	return c, nil
 }
@@ -207,18 +207,12 @@ func (c *Client) fromDirect(ctx context.Context, req *limit.Request, want int64)
 // anyUp reports whether some relay may be tried now.
 func (c *Client) anyUp() bool {
 	now := time.Now().UnixNano()
-	for _, r := range c.relays {
-		if r.downUntil.Load() <= now {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(c.relays, func(r *relayConn) bool { return r.downUntil.Load() <= now })
 }
 
 // send is one sender: it takes the calls waiting, up to MaxTakes, and
 // sends them to a relay in one request, until Close.
 func (c *Client) send() {
-	defer c.wg.Done()
 	batch := make([]*call, 0, MaxTakes)
 	for {
 		select {

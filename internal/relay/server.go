@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,10 +69,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("relay: timeout %v is negative", cfg.Timeout)
 	}
-	s := &Server{store: cfg.Store, open: cfg.Token == "", timeout: cfg.Timeout, log: cfg.Logger}
-	s.sum = sha256.Sum256([]byte(cfg.Token))
-	s.timeout = cmp.Or(s.timeout, time.Second)
-	s.log = cmp.Or(s.log, slog.New(slog.DiscardHandler))
+	s := &Server{store: cfg.Store, sum: sha256.Sum256([]byte(cfg.Token)), open: cfg.Token == "",
+		timeout: cmp.Or(cfg.Timeout, time.Second), log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))}
 	var err error
 	if s.m, err = newServerMetrics(cfg.Registerer, cfg.Held); err != nil {
 		return nil, err
@@ -131,19 +130,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (int, error) {
 	resp := LeaseResponse{Grants: make([]Grant, len(reqs))}
 	// The takes are answered at once: quiet keys go to Redis together,
 	// where the Redis client pipelines them per shard.
-	done := make(chan struct{}, len(reqs))
+	var wg sync.WaitGroup
 	for i := range reqs {
-		go func() {
-			defer func() { done <- struct{}{} }()
+		wg.Go(func() {
 			t0 := time.Now()
 			g, err := s.store.Lease(ctx, reqs[i], req.Takes[i].Want)
 			s.m.granted(g.Granted, time.Since(t0))
 			resp.Grants[i] = grantOf(g, err)
-		}()
+		})
 	}
-	for range reqs {
-		<-done
-	}
+	wg.Wait()
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(&resp); err != nil {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "relay answer not sent", slog.Any("error", err))
