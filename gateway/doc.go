@@ -24,6 +24,5 @@
 // application/problem+json responses.
 //
 // The package also has the pieces the sluice binary puts around a Limiter:
-// a reverse proxy ([NewProxy]), an http.Server with safe limits
-// ([NewServer]), graceful serving ([Serve]) and a health handler ([Health]).
+// a reverse proxy ([NewProxy]) and a health handler ([Health]).
 package gateway

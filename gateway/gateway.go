@@ -109,13 +109,9 @@ type Event struct {
 	Err error
 	// Duration is how long the store call took.
 	Duration time.Duration
-	// Source is the path that answered, as the store's Decision says:
-	// the store's own answer (limit.FromMemory, limit.FromRedis), a leased
-	// token or remembered refusal (limit.FromLease,
-	// limit.FromRefusalCache), this gateway's guess while the shared store
-	// cannot answer (limit.FromLocalFallback, limit.FromFailClosed), or a
-	// request shed while the gateway was too busy (limit.FromShed).
-	// limit.FromStore when the store did not say. Never empty.
+	// Source is the path that answered, as the store's Decision says (see
+	// the package doc); limit.FromStore when the store did not say. Never
+	// empty.
 	Source limit.Source
 	// RulesVersion is the Version of the rule set the request was resolved
 	// against, which may no longer be the one in force when the call ends.
@@ -157,10 +153,8 @@ func New(cfg Config) (*Limiter, error) {
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{Now: l.now})
 	}
-	l.settler = cfg.Settle
-	if st, ok := l.store.(Settler); ok && l.settler == nil {
-		l.settler = st
-	}
+	st, _ := l.store.(Settler)
+	l.settler = cmp.Or(cfg.Settle, st)
 	l.sampled = newSampler(logEvery)
 	for i, p := range cfg.TrustedProxies {
 		if !p.IsValid() {
@@ -368,14 +362,12 @@ func (l *Limiter) take(cl call, req *limit.Request, res *rules.Resolution) (limi
 }
 
 // storeFailed decides a request the store could not: it passes, unless one
-// of its limits (from rules rs) is a security limit that must fail closed.
-// A fail-closed refusal the store chose itself (limit.FromFailClosed: the
-// guard while Redis is down) is a decision, logged at info, and its
-// d.RetryAfter (when the guard next probes Redis) becomes the 503's
-// Retry-After; any other failure is an error. A request the store shed
-// (limit.FromShed: the gateway too busy to get Redis's answer in time) gets
-// 503 whatever its limits, since passing it would hand the overload on and
-// guessing would be a silent switch to local limits.
+// of its limits (from rules rs) must fail closed. A fail-closed refusal the
+// store chose itself (limit.FromFailClosed: the guard while Redis is down)
+// is a decision, logged at info, with the guard's next probe as the 503's
+// Retry-After. A shed request (limit.FromShed) gets 503 whatever its
+// limits: passing it would hand the overload on, and guessing would be a
+// silent switch to local limits.
 func (l *Limiter) storeFailed(w http.ResponseWriter, cl call, req *limit.Request, d *limit.Decision, rs []*rules.Rule, src limit.Source, err error) error {
 	l.metrics.storeError()
 	l.metrics.decision(outcomeError, "", src, cl.plan)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/sluice-rl/sluice/rules"
@@ -147,12 +148,7 @@ func (l *Limiter) forwardedFor(h http.Header, peer netip.Addr) netip.Addr {
 }
 
 func (l *Limiter) trusted(a netip.Addr) bool {
-	for _, p := range l.trustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(l.trustedProxies, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // parseAddr reads "addr", "addr:port", "[v6]:port" or "[v6]", dropping any

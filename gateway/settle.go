@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/textproto"
@@ -129,8 +130,8 @@ func (l *Limiter) serveAndSettle(w http.ResponseWriter, r *http.Request, next ht
 	if !cw.found || err != nil || cost < 0 || cost > maxCost {
 		l.metrics.settled("missing")
 		if cw.found {
-			l.logDecision(p.cl, slog.LevelWarn, "cost header is not a cost; the estimate stands",
-				logLine{outcome: "settle", err: errBadCost{p.header, cw.value}})
+			l.logDecision(p.cl, slog.LevelWarn, "cost header is not a cost; the estimate stands", logLine{outcome: "settle",
+				err: fmt.Errorf("cost header %s holds %q, not a whole number of tokens from 0 to 2^40", p.header, cw.value)})
 		}
 		return
 	}
@@ -157,11 +158,4 @@ func (l *Limiter) serveAndSettle(w http.ResponseWriter, r *http.Request, next ht
 	default:
 		l.metrics.settled("took")
 	}
-}
-
-// errBadCost is a cost header whose value is not a cost.
-type errBadCost struct{ header, value string }
-
-func (e errBadCost) Error() string {
-	return "cost header " + e.header + " holds " + strconv.Quote(e.value) + ", not a whole number of tokens from 0 to 2^40"
 }
