@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -32,13 +33,7 @@ func (r *Rules) Current() *Rules { return r }
 
 // Domains lists the configured domains, sorted.
 func (r *Rules) Domains() []string {
-	return slices.Sorted(func(yield func(string) bool) {
-		for d := range r.domains {
-			if !yield(d) {
-				return
-			}
-		}
-	})
+	return slices.Sorted(maps.Keys(r.domains))
 }
 
 // children are the descriptors configured at one level, by entry key.
@@ -127,12 +122,7 @@ func compile(files []configFile) (*Rules, []string, error) {
 // ParseRules compiles one configuration file's data; name is used in
 // errors and warnings.
 func ParseRules(name string, data []byte) (*Rules, []string, error) {
-	r := &Rules{domains: map[string]*children{}}
-	w, err := r.add(name, data)
-	if err != nil {
-		return nil, w, err
-	}
-	return r, w, nil
+	return compile([]configFile{{name, data}})
 }
 
 type configFile struct {

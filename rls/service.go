@@ -80,10 +80,7 @@ type Config struct {
 	// sluice did before: one atomic call per cost takes a request's
 	// descriptors all or nothing, and the whole domain lives on one Redis
 	// Cluster shard. False, the default, keys each descriptor on its own,
-	// unless there is nothing to give grants back with (GiveBack nil and
-	// Store neither a GiveBacker, as memstore, redisstore and
-	// pipeline.Pipeline are, nor a stack over redisstore), when a domain
-	// stays one key.
+	// unless there is nothing to give grants back with (see GiveBack).
 	OneKeyPerDomain bool
 	// ShadowMode answers OK to every request that is not malformed, as
 	// envoyproxy/ratelimit's global SHADOW_MODE does: descriptors are
@@ -316,10 +313,8 @@ func (g calls) run(s *Service, each func(*call)) {
 
 // giveBack returns the grants of the enforced calls that were allowed when
 // the request was refused (or shed), so that a refused request takes
-// nothing: in parallel, one give-back per call, to the store of the
-// grant's source. A grant the local fallback made is left: it took from
-// this process's share, not from Redis. Without a GiveBack store, grants
-// stay taken, as envoyproxy/ratelimit keeps every descriptor's count.
+// nothing: in parallel, one give-back per call. A grant the local fallback
+// made is left: it took from this process's share, not from Redis.
 func (s *Service) giveBack(ctx context.Context, domain string, g calls) {
 	if s.giver == nil {
 		return

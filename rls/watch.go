@@ -64,13 +64,12 @@ func (w *Watcher) Reload() (bool, error) {
 	for _, msg := range warnings {
 		w.log.Warn("rls config: "+msg, "path", w.path)
 	}
+	// Bad contents are remembered too, so their error is logged once, not
+	// on every poll.
+	w.sum = sum
 	if err != nil {
-		// Remember the bad contents, so the error is logged once, not on
-		// every poll.
-		w.sum = sum
 		return false, err
 	}
-	w.sum = sum
 	w.cur.Store(r)
 	w.log.Info("rls config loaded", "path", w.path, "domains", r.Domains())
 	return true, nil
@@ -79,10 +78,7 @@ func (w *Watcher) Reload() (bool, error) {
 // Run reloads every interval (zero means one second) until ctx is done,
 // logging each error of a change that does not load once.
 func (w *Watcher) Run(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		every = time.Second
-	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(cmp.Or(max(every, 0), time.Second))
 	defer t.Stop()
 	last := ""
 	for {
@@ -91,13 +87,12 @@ func (w *Watcher) Run(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		_, err := w.Reload()
-		if err != nil && err.Error() != last {
-			w.log.Error("rls config not reloaded; keeping the rules in force", "path", w.path, "error", err)
+		msg := ""
+		if _, err := w.Reload(); err != nil {
+			if msg = err.Error(); msg != last {
+				w.log.Error("rls config not reloaded; keeping the rules in force", "path", w.path, "error", err)
+			}
 		}
-		last = ""
-		if err != nil {
-			last = err.Error()
-		}
+		last = msg
 	}
 }
