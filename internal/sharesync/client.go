@@ -197,29 +197,26 @@ func (c *Client) reportLoop(ctx context.Context) {
 	// The first report goes at once: a balancer that counted this region
 	// down (its gateways were gone, or cut off) counts it up again only
 	// from a report, and holds its polls until then.
-	for first := true; ; first = false {
-		if !first {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+	for {
 		select {
 		case inFlight <- struct{}{}:
+			u := c.base()
+			wg.Go(func() {
+				defer func() { <-inFlight }()
+				if err := c.report(ctx, u); err != nil && ctx.Err() == nil {
+					// The counts are lost: the next report covers its own span.
+					c.log.Warn("balancer report failed", "balancer", u.String(), "err", err)
+				}
+			})
 		default:
 			// Too many unanswered: skip this tick; the next report
 			// covers its span too.
-			continue
 		}
-		u := c.base()
-		wg.Go(func() {
-			defer func() { <-inFlight }()
-			if err := c.report(ctx, u); err != nil && ctx.Err() == nil {
-				// The counts are lost: the next report covers its own span.
-				c.log.Warn("balancer report failed", "balancer", u.String(), "err", err)
-			}
-		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
