@@ -38,15 +38,13 @@ const shadowSlotPrefix = "shadow:"
 
 // hold takes the concurrency slots of the limits check resolved for the
 // request (p.conc), once check has passed it: the caller must release
-// them when the response ends, however it ends. The key's
-// limit counts its own requests, an org rule's every key of the org
-// (slots under the org's store key); the request needs a slot of both,
-// and a refused request holds none. It writes X-Concurrency-Limit and
-// X-Concurrency-In-Flight of the enforced limit with the fewest slots
-// left, and refuses with 429 (or 503, a fail-closed rule while the shared
-// store cannot answer) when one has none. A shadow rule's limit holds
-// slots of its own; a request it would refuse passes and is reported as
-// a shadow refusal.
+// them when the response ends, however it ends. The key's limit counts
+// its own requests, an org rule's every key of the org; the request needs
+// a slot of both, and a refused request holds none. It writes
+// X-Concurrency-Limit and X-Concurrency-In-Flight of the enforced limit
+// with the fewest slots left, and refuses with 429 (or 503, a fail-closed
+// rule while the shared store cannot answer) when one has none. A shadow
+// limit's slots are its own; what it would refuse passes, reported.
 func (l *Limiter) hold(w http.ResponseWriter, p *pending) (held, error) {
 	var h held
 	if len(p.conc) == 0 {

@@ -143,19 +143,18 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("gateway: Config.Timeout %v is negative", cfg.Timeout)
 	}
 	l := &Limiter{
-		store: cfg.Store, rules: cfg.Rules, log: cfg.Logger, now: cfg.Now,
+		store: cfg.Store, rules: cfg.Rules, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), now: cfg.Now,
 		timeout: cfg.Timeout, onDecision: cfg.OnDecision, unknownKeysAsAddress: cfg.UnknownKeysAsAddress,
+		sampled: newSampler(logEvery),
 	}
 	if l.now == nil {
 		l.now = time.Now
 	}
-	l.log = cmp.Or(l.log, slog.New(slog.DiscardHandler))
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{Now: l.now})
 	}
 	st, _ := l.store.(Settler)
 	l.settler = cmp.Or(cfg.Settle, st)
-	l.sampled = newSampler(logEvery)
 	for i, p := range cfg.TrustedProxies {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("gateway: Config.TrustedProxies[%d] is not a valid prefix", i)

@@ -20,12 +20,10 @@ import (
 // with the domain and the descriptor's KEY_VALUE path as labels. A nil
 // *metrics counts nothing.
 //
-// A descriptor with detailed_metric names each request's value in its
-// label, which a client chooses: each such configured descriptor makes at
-// most MaxDetailedSeries label values in a domain, and counts the
-// requests of any further value under one more, its configured name with
-// OverflowSuffix ("user_OVERFLOW"). The values kept are the first seen
-// since the process started.
+// A descriptor with detailed_metric names in its label each request's
+// value, which a client chooses: at most MaxDetailedSeries values (the
+// first seen) per configured descriptor and domain, the rest under its
+// configured name with OverflowSuffix ("user_OVERFLOW").
 type metrics struct {
 	totalHits, overLimit, nearLimit, shadowMode *prometheus.CounterVec
 	requests                                    *prometheus.CounterVec

@@ -51,10 +51,8 @@ type Config struct {
 	// stays open. New refuses a balancer with neither Token nor Tokens
 	// unless TrustedNetwork is set.
 	Token string
-	// Tokens are the per-region (or per-gateway) credentials: each
-	// reports and polls for its own region only (and, with Gateway set,
-	// as that one gateway only), and an operator's token (no Region)
-	// reads KeyPath only.
+	// Tokens are the per-region, per-gateway and operators' credentials
+	// (see Token).
 	Tokens []Token
 	// TrustedNetwork serves /v1 without a token: only for a network where
 	// nothing but gateways and operators reaches the balancer. It has no
