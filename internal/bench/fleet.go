@@ -87,10 +87,7 @@ func Loopback(addrs []string) error {
 		if err != nil {
 			return fmt.Errorf("address %q: %w", a, err)
 		}
-		if host == "localhost" {
-			continue
-		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			return fmt.Errorf("address %q is not a loopback address: a fleet run sends load only to this machine unless --allow-remote is given", a)
 		}
 	}
