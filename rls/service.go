@@ -439,8 +439,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 	}
 	// Every call at once; each is atomic, and a refusal by any gives back
 	// what the others granted.
-	shed := false
-	var shedErr error
+	var shedErr error // a call the store shed: the request is UNAVAILABLE
 	g.run(s, func(c *call) { c.take(ctx, s) })
 	refused := false
 	for _, c := range g {
@@ -448,7 +447,7 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 			continue
 		}
 		if c.err != nil && c.d.Source == limit.FromShed {
-			shed, shedErr = true, c.err
+			shedErr = c.err
 			continue
 		}
 		if c.err != nil {
@@ -456,11 +455,11 @@ func (s *Service) check(ctx context.Context, req *rlsv3.RateLimitRequest, src *l
 		}
 		refused = refused || c.refused()
 	}
-	if refused || shed {
+	if refused || shedErr != nil {
 		s.giveBack(ctx, domain, g)
 	}
 
-	if shed {
+	if shedErr != nil {
 		// Guessing locally would be a silent switch to local limits; Envoy's
 		// failure_mode_deny decides what an unavailable service means.
 		s.metrics.storeError()
