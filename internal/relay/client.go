@@ -110,7 +110,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		token: cfg.Token, direct: cfg.Direct,
 		timeout: cmp.Or(cfg.Timeout, 50*time.Millisecond), retry: cmp.Or(cfg.Retry, time.Second),
-		http: cfg.HTTPClient, log: cfg.Logger,
+		log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 	}
 	for _, u := range cfg.URLs {
 		p, err := url.Parse(u)
@@ -120,8 +120,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		c.relays = append(c.relays, &relayConn{url: p.JoinPath(LeasePath).String()})
 	}
 	c.prefer = (cfg.Prefer%len(c.relays) + len(c.relays)) % len(c.relays)
-	c.http = cmp.Or(c.http, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cmp.Or(cfg.Conns, 8), IdleConnTimeout: time.Minute}})
-	c.log = cmp.Or(c.log, slog.New(slog.DiscardHandler))
+	c.http = cmp.Or(cfg.HTTPClient, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cmp.Or(cfg.Conns, 8), IdleConnTimeout: time.Minute}})
 	var err error
 	if c.m, err = newClientMetrics(cfg.Registerer); err != nil {
 		return nil, err
