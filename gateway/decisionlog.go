@@ -25,9 +25,7 @@ const (
 //
 // It remembers when each key last had a line, in shards of at most
 // samplerPerShard keys. A shard that is full forgets its keys whose interval
-// is over, at most once an interval; until then new keys get no line. A
-// flood of distinct keys therefore costs at most samplerKeys lines an
-// interval and a bounded map, never more.
+// is over, at most once an interval; until then new keys get no line.
 type sampler struct {
 	every  int64                       // ms
 	shards *striped.Map[string, int64] // key → when its last line went out (Unix ms)
