@@ -94,9 +94,7 @@ func Run(ctx context.Context, cfg Config, op Op) Result {
 						return
 					}
 					p.errors++
-					if p.firstErr == nil {
-						p.firstErr = err
-					}
+					p.firstErr = cmp.Or(p.firstErr, err)
 				case ok:
 					p.allowed++
 				default:
@@ -113,9 +111,7 @@ func Run(ctx context.Context, cfg Config, op Op) Result {
 		r.Allowed += p.allowed
 		r.Refused += p.refused
 		r.Errors += p.errors
-		if r.FirstError == nil {
-			r.FirstError = p.firstErr
-		}
+		r.FirstError = cmp.Or(r.FirstError, p.firstErr)
 	}
 	r.Ops = len(all)
 	if len(all) == 0 {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,9 +117,7 @@ func RunPairs(ctx context.Context, cfg Pairs, a, b Op) PairsResult {
 						return // cut short by the caller
 					}
 					p.errors++
-					if p.firstErr == nil {
-						p.firstErr = err
-					}
+					p.firstErr = cmp.Or(p.firstErr, err)
 					continue
 				}
 				la, lb := t1.Sub(t0), t2.Sub(t1)
@@ -135,9 +134,7 @@ func RunPairs(ctx context.Context, cfg Pairs, a, b Op) PairsResult {
 	for _, p := range parts {
 		as, bs, diffs, late = append(as, p.a...), append(bs, p.b...), append(diffs, p.diff...), append(late, p.late...)
 		r.Errors += p.errors
-		if r.FirstError == nil {
-			r.FirstError = p.firstErr
-		}
+		r.FirstError = cmp.Or(r.FirstError, p.firstErr)
 	}
 	r.Pairs = len(as)
 	if r.Pairs == 0 {
