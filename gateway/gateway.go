@@ -488,8 +488,7 @@ func (l *Limiter) shadow(cl call, res *rules.Resolution, d *limit.Decision, src 
 // logShadow writes the log line of a request shadow limit lim of rule
 // would have refused, with attrs added. It is sampled like the decision
 // log, on a key of its own so that a shadow line and an enforced one of
-// the same caller do not silence each other; the metric counts every
-// would-be refusal.
+// the same caller do not silence each other.
 func (l *Limiter) logShadow(cl call, lim *limit.Limit, rule *rules.Rule, attrs ...slog.Attr) {
 	r := cl.r
 	if !l.log.Enabled(r.Context(), slog.LevelInfo) || !l.sampled.allow(shadowLogPrefix+cl.caller.key, l.now().UnixMilli()) {
@@ -506,10 +505,9 @@ func (l *Limiter) logShadow(cl call, lim *limit.Limit, rule *rules.Rule, attrs .
 }
 
 // shadowRefused reports a request that a shadow quota or concurrency
-// limit (kind), described as lim, of rule would have refused: the metric,
-// the sampled log line and an OnDecision event (Shadow, the one limit
-// refusing), as a shadow rate limit's would-be refusal is reported, so
-// the rules service counts it by rule. The request still passes.
+// limit (kind), described as lim, of rule would have refused, as shadow
+// reports a rate limit's (so the rules service counts it by rule): the
+// metric, the sampled log line and an OnDecision event. It still passes.
 func (l *Limiter) shadowRefused(cl call, lim limit.Limit, rule *rules.Rule, src limit.Source, kind string, cost int64) {
 	l.metrics.decision(outcomeShadowRefused, lim.Name, src, cl.plan)
 	if l.onDecision != nil {

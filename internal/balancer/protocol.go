@@ -58,9 +58,8 @@ type Report struct {
 	SpanMillis int64 `json:"span_ms"`
 	// SentMillis is when the gateway sent the report, in Unix milliseconds
 	// by its clock: reports are sent without waiting for each other, and
-	// one that arrives after a later one from the same gateway is dropped.
-	// One sent further ahead of the balancer's clock than its MaxSkew is
-	// refused, and none counts as sent later than it arrived. Zero means
+	// one that arrives after a later one from the same gateway is dropped
+	// (CoreConfig.MaxSkew says how a clock ahead is treated). Zero means
 	// unknown: the report is taken as the newest.
 	SentMillis int64 `json:"sent_ms,omitempty"`
 	// Total is how many tokens the gateway's requests asked for, every
