@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -42,9 +43,17 @@ type outcome struct {
 // Published says where a change went.
 type Published = admin.Published
 
-// writeLock serializes changes, so each snapshot holds every change made
-// before it; the key is per schema.
-const writeLockSQL = "SELECT pg_advisory_xact_lock(hashtext('sluice.write.' || current_schema()))"
+// locked runs f in a transaction that holds the write lock, which
+// serializes changes so that each snapshot holds every change made before
+// it; the lock is per schema.
+func (s *Service) locked(ctx context.Context, f func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('sluice.write.' || current_schema()))"); err != nil {
+			return fmt.Errorf("take write lock: %w", err)
+		}
+		return f(tx)
+	})
+}
 
 // commitAnswer commits c and answers the request with status, the snapshot
 // published and the changed thing as it is after.
@@ -61,10 +70,7 @@ func (s *Service) commitAnswer(w http.ResponseWriter, r *http.Request, status in
 func (s *Service) commit(ctx context.Context, c change) (outcome, Published, error) {
 	var out outcome
 	var pub Published
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, writeLockSQL); err != nil {
-			return fmt.Errorf("take write lock: %w", err)
-		}
+	err := s.locked(ctx, func(tx pgx.Tx) error {
 		var err error
 		if out, err = c.apply(ctx, tx); err != nil {
 			return err
@@ -121,8 +127,8 @@ func (s *Service) commit(ctx context.Context, c change) (outcome, Published, err
 // compileError turns a rule set that does not compile into a 422 that
 // names the rule and field.
 func compileError(err error, b *built, out outcome) error {
-	fe, ok := asFieldError(err)
-	if !ok {
+	var fe *rules.FieldError
+	if !errors.As(err, &fe) {
 		return err
 	}
 	ae := &apiError{status: http.StatusUnprocessableEntity, field: fe.Field, msg: fe.Error()}
