@@ -194,11 +194,8 @@ func checkTokens(ts []Token) error {
 			return fmt.Errorf("rulesvc: token %s: gateway and region bind a gateway token only, not one of role %s", t.Name, t.Role)
 		case t.Gateway != "" && t.MaxGateways > 1:
 			return fmt.Errorf("rulesvc: token %s: bound to gateway %q, so max_gateways %d cannot be above 1", t.Name, t.Gateway, t.MaxGateways)
-		}
-		if t.Gateway != "" {
-			if err := rulesapi.CheckGatewayID(t.Gateway); err != nil {
-				return fmt.Errorf("rulesvc: token %s: %w", t.Name, err)
-			}
+		case t.Gateway != "" && rulesapi.CheckGatewayID(t.Gateway) != nil:
+			return fmt.Errorf("rulesvc: token %s: %w", t.Name, rulesapi.CheckGatewayID(t.Gateway))
 		}
 		seen[t.Secret] = true
 	}

@@ -29,8 +29,7 @@ func (st *state) assigned(gw string) (sn *snap, canary bool) {
 
 // serveSnapshot is the gateways' long poll.
 func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok token) error {
-	q := r.URL.Query()
-	gw, region := q.Get("gateway"), q.Get("region")
+	gw, region := r.URL.Query().Get("gateway"), r.URL.Query().Get("region")
 	if err := rulesapi.CheckGatewayID(gw); err != nil {
 		return badRequest("gateway", "%v", err)
 	}
@@ -49,16 +48,12 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok toke
 		return err
 	}
 	wait = min(wait, s.cfg.PollTimeout)
-	if err := s.register(r.Context(), tok, gw, region, have); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) {
-			return err
-		}
-		if r.Context().Err() == nil {
-			// The snapshot in memory is still good: serve it without the
-			// database, which only loses this poll from the fleet count.
-			s.log.Warn("rules service: gateway not registered", "gateway", gw, "err", err)
-		}
+	if err := s.register(r.Context(), tok, gw, region, have); errors.As(err, new(*apiError)) {
+		return err
+	} else if err != nil && r.Context().Err() == nil {
+		// The snapshot in memory is still good: serve it without the
+		// database, which only loses this poll from the fleet count.
+		s.log.Warn("rules service: gateway not registered", "gateway", gw, "err", err)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -92,10 +87,10 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok toke
 }
 
 func checkRegion(region string) error {
-	if len(region) > 64 {
+	switch {
+	case len(region) > 64:
 		return badRequest("region", "is %d bytes, longer than 64", len(region))
-	}
-	if strings.IndexFunc(region, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+	case strings.IndexFunc(region, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0:
 		return badRequest("region", "%q holds a control character", region)
 	}
 	return nil
