@@ -202,8 +202,7 @@ func checkTokens(ts []Token) error {
 	return nil
 }
 
-func compileTokens(ts []Token, maxGateways int) (out []token, gatewayOpen bool) {
-	gatewayOpen = true
+func compileTokens(ts []Token, maxGateways int) (out []token) {
 	for _, t := range ts {
 		tk := token{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), role: t.Role,
 			maxGateways: cmp.Or(t.MaxGateways, maxGateways), gateway: t.Gateway, region: t.Region}
@@ -211,11 +210,8 @@ func compileTokens(ts []Token, maxGateways int) (out []token, gatewayOpen bool) 
 			tk.maxGateways = 1
 		}
 		out = append(out, tk)
-		if t.Role == RoleGateway {
-			gatewayOpen = false
-		}
 	}
-	return out, gatewayOpen
+	return out
 }
 
 // caller finds the token of a request. It compares with every token, so the

@@ -45,11 +45,9 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 		}
 	}
 	e, err := admin.Build(r.Context(), in)
-	var pe *rules.PathError
-	if errors.As(err, &pe) {
+	if errors.As(err, new(*rules.PathError)) {
 		return badRequest("path", "%v", err)
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
 	e.LastRefusal = s.refusals.last(e.KeyHash)

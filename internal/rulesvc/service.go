@@ -289,7 +289,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m,
 		changed: make(chan struct{}), stopped: make(chan struct{}), refusals: newRefusals()}
 	s.stop = sync.OnceFunc(func() { close(s.stopped) })
-	s.tokens, s.gwOpen = compileTokens(cfg.Tokens, cfg.MaxGateways)
+	s.tokens = compileTokens(cfg.Tokens, cfg.MaxGateways)
+	s.gwOpen = !slices.ContainsFunc(s.tokens, func(t token) bool { return t.role == RoleGateway })
 	s.state.Store(&state{})
 	if s.gwOpen {
 		s.log.Warn("rules service: no gateway token; /v1 is open to anyone on the network, which is declared trusted",
