@@ -156,9 +156,6 @@ func decodeRule(r *http.Request, id int64) (rules.Rule, error) {
 	return rule, nil
 }
 
-// ruleColumnsWritten are the columns of a rule that a change writes.
-const ruleColumnsWritten = "scope, match, limits, mode, fail_mode, expires_at, reason, quotas, concurrency, refusals"
-
 // writeRule stores rule as the rule id, or as a new rule when id is 0, and
 // returns its ID. The mode and fail mode are stored with their defaults
 // spelt out, the quotas as [] when there are none, never null.
@@ -183,17 +180,18 @@ func writeRule(ctx context.Context, tx pgx.Tx, id int64, rule rules.Rule, overri
 		t := rule.ExpiresAt.UTC()
 		expires = &t
 	}
+	const cols = "scope, match, limits, mode, fail_mode, expires_at, reason, quotas, concurrency, refusals"
 	args := []any{rule.Scope, match, lims, string(cmp.Or(rule.Mode, rules.Enforce)), string(cmp.Or(rule.FailMode, rules.FailOpen)),
 		expires, rule.Reason, quotas, rule.Concurrency, string(rule.Refusals)}
 	if id != 0 {
-		_, err = tx.Exec(ctx, "UPDATE rules SET ("+ruleColumnsWritten+") = ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) WHERE id = $11",
+		_, err = tx.Exec(ctx, "UPDATE rules SET ("+cols+") = ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) WHERE id = $11",
 			append(args, id)...)
 		if err != nil {
 			return 0, fmt.Errorf("update rule %d: %w", id, err)
 		}
 		return id, nil
 	}
-	err = tx.QueryRow(ctx, "INSERT INTO rules ("+ruleColumnsWritten+", override, version)"+
+	err = tx.QueryRow(ctx, "INSERT INTO rules ("+cols+", override, version)"+
 		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0) RETURNING id", append(args, override)...).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert rule: %w", err)
