@@ -80,14 +80,7 @@ func suggestion(text string) string {
 	return fmt.Sprintf(" (write %s, not %s)", strconv.FormatFloat(f, 'f', -1, 64), text)
 }
 
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+func allDigits(s string) bool { return strings.Trim(s, "0123456789") == "" }
 
 func gcd(a, b int64) int64 {
 	for b != 0 {

@@ -129,10 +129,7 @@ func checkEndpointPath(p string) error {
 // path is refused whatever it reaches.
 func canonicalPath(p string) (canon, problem string, refuse bool) {
 	if plain(p) {
-		if !strings.HasPrefix(p, "/") {
-			p = "/" + p
-		}
-		return path.Clean(p), "", false
+		return cleanPath(p), "", false
 	}
 	note := func(format string, a ...any) {
 		if problem == "" {

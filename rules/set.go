@@ -30,7 +30,6 @@ type Set struct {
 	Hash string
 	doc  Document
 
-	keys      map[string]KeyInfo
 	endpoints []Endpoint
 	paths     []endpointPath // parallel to endpoints
 	// compiled rules, indexed by what they match.
@@ -138,10 +137,7 @@ func (s *Set) Document() Document { return s.doc }
 // Compile validates doc and builds a Set of the given version. The error
 // names the rule and the field at fault.
 func Compile(doc Document, version int64) (*Set, error) {
-	s := &Set{Version: version, doc: doc, keys: doc.Keys, byMatch: map[matchKey][]compiled{}}
-	if s.keys == nil {
-		s.keys = map[string]KeyInfo{}
-	}
+	s := &Set{Version: version, doc: doc, byMatch: map[matchKey][]compiled{}}
 	for k, info := range doc.Keys {
 		if err := CheckKey(k); err != nil {
 			return nil, &FieldError{Where: fmt.Sprintf("keys[%q]", k), Problem: err.Error()}
@@ -424,7 +420,7 @@ type ConcurrencyLimit struct {
 
 // Key returns what the directory knows of an API key.
 func (s *Set) Key(apiKey string) (KeyInfo, bool) {
-	k, ok := s.keys[apiKey]
+	k, ok := s.doc.Keys[apiKey]
 	return k, ok
 }
 
@@ -574,7 +570,7 @@ func (s *Set) keyOf(q Query) resolveKey {
 	if !k.ip {
 		info, known := q.Info, q.Known
 		if !q.LookedUp {
-			info, known = s.keys[q.APIKey]
+			info, known = s.doc.Keys[q.APIKey]
 		}
 		if known {
 			k.plan = info.Plan

@@ -30,9 +30,11 @@ type adminRoute struct {
 func (s *Service) adminRouteTable() []adminRoute {
 	var rs []adminRoute
 	route := func(method, path string, need Role, h func(w http.ResponseWriter, r *http.Request, who string) error) {
-		rs = append(rs, adminRoute{method, path, s.authorized(need, h)})
+		rs = append(rs, adminRoute{method, path, s.authorized(need, func(w http.ResponseWriter, r *http.Request, t token) error {
+			return h(w, r, t.name)
+		})})
 	}
-	route("GET", "/rules", RoleRead, s.listRules)
+	route("GET", "/rules", RoleRead, s.listRules(""))
 	route("POST", "/rules", RoleWrite, s.createRule)
 	route("POST", "/rules/validate", RoleRead, s.validateRule)
 	route("GET", "/rules/{id}", RoleRead, s.getRule)
@@ -46,7 +48,7 @@ func (s *Service) adminRouteTable() []adminRoute {
 	route("GET", "/endpoints/{name}", RoleRead, getEntry(s, eps))
 	route("PUT", "/endpoints/{name}", RoleWrite, putEntry(s, eps))
 	route("DELETE", "/endpoints/{name}", RoleWrite, deleteEntry(s, eps))
-	route("GET", "/overrides", RoleRead, s.listOverrides)
+	route("GET", "/overrides", RoleRead, s.listRules("WHERE override"))
 	route("PUT", "/overrides/{key}", RoleWrite, s.putOverride)
 	route("DELETE", "/overrides/{key}", RoleWrite, s.deleteOverride)
 	route("GET", "/audit", RoleRead, s.listAudit)
@@ -103,21 +105,17 @@ func readRuleViews(ctx context.Context, q querier, where string, args ...any) ([
 	}, "SELECT "+ruleColumns+", version, created_at, updated_at FROM rules "+where+" ORDER BY id", args...)
 }
 
-func (s *Service) listRules(w http.ResponseWriter, r *http.Request, _ string) error {
-	return s.writeRules(w, r, "")
-}
-
-func (s *Service) listOverrides(w http.ResponseWriter, r *http.Request, _ string) error {
-	return s.writeRules(w, r, "WHERE override")
-}
-
-func (s *Service) writeRules(w http.ResponseWriter, r *http.Request, where string) error {
-	views, err := readRuleViews(r.Context(), s.pool, where)
-	if err != nil {
-		return err
+// listRules answers with the rules a WHERE clause selects: all of them,
+// or the overrides.
+func (s *Service) listRules(where string) func(w http.ResponseWriter, r *http.Request, _ string) error {
+	return func(w http.ResponseWriter, r *http.Request, _ string) error {
+		views, err := readRuleViews(r.Context(), s.pool, where)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"rules": views})
+		return nil
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": views})
-	return nil
 }
 
 func ruleID(r *http.Request) (int64, error) {
@@ -142,13 +140,14 @@ func (s *Service) getRule(w http.ResponseWriter, r *http.Request, _ string) erro
 }
 
 // decodeRule reads a rule from the body and checks what the rule set's
-// compilation cannot: the ID and whether it has already expired.
+// compilation cannot: the ID, which must be id or none (any, when id is
+// -1), and whether it has already expired.
 func decodeRule(r *http.Request, id int64) (rules.Rule, error) {
 	var rule rules.Rule
 	if err := decode(r, &rule); err != nil {
 		return rule, err
 	}
-	if rule.ID != 0 && rule.ID != id {
+	if id >= 0 && rule.ID != 0 && rule.ID != id {
 		return rule, badRequest("id", "is assigned by the service; %d does not match the path", rule.ID)
 	}
 	if !rule.ExpiresAt.IsZero() && !rule.ExpiresAt.After(time.Now()) {
@@ -157,34 +156,47 @@ func decodeRule(r *http.Request, id int64) (rules.Rule, error) {
 	return rule, nil
 }
 
-func insertRule(ctx context.Context, tx pgx.Tx, rule rules.Rule, override bool) (int64, error) {
-	match, lims, expires, mode, failMode, err := ruleFields(rule)
+// writeRule stores rule as the rule id, or as a new rule when id is 0, and
+// returns its ID. The mode and fail mode are stored with their defaults
+// spelt out, the quotas as [] when there are none, never null.
+func writeRule(ctx context.Context, tx pgx.Tx, id int64, rule rules.Rule, override bool) (int64, error) {
+	match, err := json.Marshal(rule.Match)
 	if err != nil {
 		return 0, err
 	}
-	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO rules (scope, match, limits, mode, fail_mode, expires_at, reason, override, version, quotas, concurrency, refusals)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11) RETURNING id`,
-		rule.Scope, match, lims, mode, failMode, expires, rule.Reason, override, quotasJSON(rule), rule.Concurrency, string(rule.Refusals)).Scan(&id)
+	lims, err := json.Marshal(rule.Limits)
 	if err != nil {
-		return 0, fmt.Errorf("insert rule: %w", err)
+		return 0, err
 	}
-	return id, nil
-}
-
-func ruleFields(rule rules.Rule) (match, lims []byte, expires *time.Time, mode, failMode string, err error) {
-	if match, err = json.Marshal(rule.Match); err != nil {
-		return
+	if rule.Quotas == nil {
+		rule.Quotas = []rules.Quota{}
 	}
-	if lims, err = json.Marshal(rule.Limits); err != nil {
-		return
+	quotas, err := json.Marshal(rule.Quotas)
+	if err != nil {
+		return 0, err
 	}
+	var expires *time.Time
 	if !rule.ExpiresAt.IsZero() {
 		t := rule.ExpiresAt.UTC()
 		expires = &t
 	}
-	mode, failMode = string(cmp.Or(rule.Mode, rules.Enforce)), string(cmp.Or(rule.FailMode, rules.FailOpen))
-	return match, lims, expires, mode, failMode, nil
+	const cols = "scope, match, limits, mode, fail_mode, expires_at, reason, quotas, concurrency, refusals"
+	args := []any{rule.Scope, match, lims, string(cmp.Or(rule.Mode, rules.Enforce)), string(cmp.Or(rule.FailMode, rules.FailOpen)),
+		expires, rule.Reason, quotas, rule.Concurrency, string(rule.Refusals)}
+	if id != 0 {
+		_, err = tx.Exec(ctx, "UPDATE rules SET ("+cols+") = ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) WHERE id = $11",
+			append(args, id)...)
+		if err != nil {
+			return 0, fmt.Errorf("update rule %d: %w", id, err)
+		}
+		return id, nil
+	}
+	err = tx.QueryRow(ctx, "INSERT INTO rules ("+cols+", override, version)"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0) RETURNING id", append(args, override)...).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("insert rule: %w", err)
+	}
+	return id, nil
 }
 
 func (s *Service) createRule(w http.ResponseWriter, r *http.Request, who string) error {
@@ -194,7 +206,7 @@ func (s *Service) createRule(w http.ResponseWriter, r *http.Request, who string)
 	}
 	return s.commitAnswer(w, r, http.StatusCreated, change{who: who, action: "rule.create",
 		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			id, err := insertRule(ctx, tx, rule, false)
+			id, err := writeRule(ctx, tx, 0, rule, false)
 			return outcome{target: fmt.Sprintf("rules/%d", id), ruleID: id, created: true}, err
 		}})
 }
@@ -210,26 +222,11 @@ func replaceApply(id int64, rule rules.Rule) func(ctx context.Context, tx pgx.Tx
 			return outcome{}, &apiError{status: http.StatusConflict, field: "id",
 				msg: fmt.Sprintf("rule %d is an emergency override: change it through %s/overrides/%s", id, AdminPrefix, before.Match.Key)}
 		}
-		if err := updateRule(ctx, tx, id, rule); err != nil {
+		if _, err := writeRule(ctx, tx, id, rule, false); err != nil {
 			return outcome{}, err
 		}
 		return outcome{target: fmt.Sprintf("rules/%d", id), ruleID: id, before: before}, nil
 	}
-}
-
-// updateRule stores rule as the rule id.
-func updateRule(ctx context.Context, tx pgx.Tx, id int64, rule rules.Rule) error {
-	match, lims, expires, mode, failMode, err := ruleFields(rule)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `UPDATE rules SET scope = $1, match = $2, limits = $3, mode = $4, fail_mode = $5,
-		expires_at = $6, reason = $7, quotas = $9, concurrency = $10, refusals = $11 WHERE id = $8`, rule.Scope, match, lims, mode, failMode, expires, rule.Reason, id,
-		quotasJSON(rule), rule.Concurrency, string(rule.Refusals))
-	if err != nil {
-		return fmt.Errorf("update rule %d: %w", id, err)
-	}
-	return nil
 }
 
 func (s *Service) replaceRule(w http.ResponseWriter, r *http.Request, who string) error {
@@ -268,17 +265,14 @@ type Validation = admin.Validation
 // validateRule compiles the rule set as it would be with the body's rule
 // added (or, with an id, replaced) and saves nothing.
 func (s *Service) validateRule(w http.ResponseWriter, r *http.Request, _ string) error {
-	var rule rules.Rule
-	if err := decode(r, &rule); err != nil {
+	rule, err := decodeRule(r, -1)
+	if err != nil {
 		return err
-	}
-	if !rule.ExpiresAt.IsZero() && !rule.ExpiresAt.After(time.Now()) {
-		return badRequest("expires_at", "%s is in the past", rule.ExpiresAt.Format(time.RFC3339))
 	}
 	apply := replaceApply(rule.ID, rule)
 	if rule.ID == 0 {
 		apply = func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			id, err := insertRule(ctx, tx, rule, false)
+			id, err := writeRule(ctx, tx, 0, rule, false)
 			return outcome{ruleID: id, created: true}, err
 		}
 	}
@@ -335,21 +329,18 @@ func (s *Service) putOverride(w http.ResponseWriter, r *http.Request, who string
 		FailMode: o.FailMode, ExpiresAt: o.ExpiresAt, Reason: o.Reason}
 	return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: "override.put", emergency: true,
 		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			before, err := readOverride(ctx, tx, key)
+			before, err := takeOverride(ctx, tx, key)
 			if err != nil {
 				return outcome{}, err
 			}
-			if before != nil {
-				if _, err := tx.Exec(ctx, "DELETE FROM rules WHERE id = $1", before.ID); err != nil {
-					return outcome{}, fmt.Errorf("replace override: %w", err)
-				}
-			}
-			id, err := insertRule(ctx, tx, rule, true)
+			id, err := writeRule(ctx, tx, 0, rule, true)
 			return outcome{target: "overrides/" + key, ruleID: id, created: true, before: nilIfNone(before)}, err
 		}})
 }
 
-func readOverride(ctx context.Context, tx pgx.Tx, key string) (*RuleView, error) {
+// takeOverride deletes the override of key, if there is one, and returns
+// it as it was; nil for none.
+func takeOverride(ctx context.Context, tx pgx.Tx, key string) (*RuleView, error) {
 	var id int64
 	err := tx.QueryRow(ctx, "SELECT id FROM rules WHERE override AND match->>'key' = $1", key).Scan(&id)
 	if isNoRows(err) {
@@ -358,22 +349,26 @@ func readOverride(ctx context.Context, tx pgx.Tx, key string) (*RuleView, error)
 	if err != nil {
 		return nil, fmt.Errorf("read override: %w", err)
 	}
-	return readRule(ctx, tx, id)
+	before, err := readRule(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM rules WHERE id = $1", id); err != nil {
+		return nil, fmt.Errorf("delete override of key %q: %w", key, err)
+	}
+	return before, nil
 }
 
 func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request, who string) error {
 	key := r.PathValue("key")
 	return s.commitAnswer(w, r, http.StatusOK, change{who: who, action: "override.delete", emergency: true,
 		apply: func(ctx context.Context, tx pgx.Tx) (outcome, error) {
-			before, err := readOverride(ctx, tx, key)
+			before, err := takeOverride(ctx, tx, key)
 			if err != nil {
 				return outcome{}, err
 			}
 			if before == nil {
 				return outcome{}, notFound("no override of key %q", key)
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM rules WHERE id = $1", before.ID); err != nil {
-				return outcome{}, fmt.Errorf("delete override: %w", err)
 			}
 			return outcome{target: "overrides/" + key, before: before}, nil
 		}})
@@ -387,12 +382,8 @@ type AuditEntry = admin.AuditEntry
 func (s *Service) listAudit(w http.ResponseWriter, r *http.Request, _ string) error {
 	limit, before := int64(100), int64(1<<62)
 	for name, p := range map[string]*int64{"limit": &limit, "before": &before} {
-		if v := r.URL.Query().Get(name); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n <= 0 {
-				return badRequest(name, "%q is not a positive number", v)
-			}
-			*p = n
+		if err := query(r, name, p, parseInt, func(n int64) bool { return n > 0 }, "a positive number"); err != nil {
+			return err
 		}
 	}
 	entries, err := collect(r.Context(), s.pool, "audit", func(row pgx.CollectableRow) (AuditEntry, error) {

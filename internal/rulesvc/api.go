@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/internal/rulesapi"
@@ -109,6 +110,24 @@ func decodeUpTo(r *http.Request, v any, limit int) error {
 	return nil
 }
 
+// query parses the query parameter name into *v with parse when it is
+// given; a value that parse refuses, or ok (if not nil) does not accept,
+// is a 400 saying that it is not want.
+func query[T any](r *http.Request, name string, v *T, parse func(string) (T, error), ok func(T) bool, want string) error {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return nil
+	}
+	x, err := parse(s)
+	if err != nil || (ok != nil && !ok(x)) {
+		return badRequest(name, "%q is not %s", s, want)
+	}
+	*v = x
+	return nil
+}
+
+func parseInt(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+
 // Role is what a token may do.
 type Role string
 
@@ -175,19 +194,15 @@ func checkTokens(ts []Token) error {
 			return fmt.Errorf("rulesvc: token %s: gateway and region bind a gateway token only, not one of role %s", t.Name, t.Role)
 		case t.Gateway != "" && t.MaxGateways > 1:
 			return fmt.Errorf("rulesvc: token %s: bound to gateway %q, so max_gateways %d cannot be above 1", t.Name, t.Gateway, t.MaxGateways)
-		}
-		if t.Gateway != "" {
-			if err := rulesapi.CheckGatewayID(t.Gateway); err != nil {
-				return fmt.Errorf("rulesvc: token %s: %w", t.Name, err)
-			}
+		case t.Gateway != "" && rulesapi.CheckGatewayID(t.Gateway) != nil:
+			return fmt.Errorf("rulesvc: token %s: %w", t.Name, rulesapi.CheckGatewayID(t.Gateway))
 		}
 		seen[t.Secret] = true
 	}
 	return nil
 }
 
-func compileTokens(ts []Token, maxGateways int) (out []token, gatewayOpen bool) {
-	gatewayOpen = true
+func compileTokens(ts []Token, maxGateways int) (out []token) {
 	for _, t := range ts {
 		tk := token{name: t.Name, sum: sha256.Sum256([]byte(t.Secret)), role: t.Role,
 			maxGateways: cmp.Or(t.MaxGateways, maxGateways), gateway: t.Gateway, region: t.Region}
@@ -195,11 +210,8 @@ func compileTokens(ts []Token, maxGateways int) (out []token, gatewayOpen bool) 
 			tk.maxGateways = 1
 		}
 		out = append(out, tk)
-		if t.Role == RoleGateway {
-			gatewayOpen = false
-		}
 	}
-	return out, gatewayOpen
+	return out
 }
 
 // caller finds the token of a request. It compares with every token, so the
@@ -230,17 +242,17 @@ func allows(have, need Role) bool {
 	return have == need || (have == RoleWrite && need == RoleRead)
 }
 
-// handlerFunc is a handler that returns its error; handle writes it.
-type handlerFunc func(w http.ResponseWriter, r *http.Request) error
-
-func (s *Service) authorized(need Role, h func(w http.ResponseWriter, r *http.Request, who string) error) http.Handler {
-	return s.authorizedToken(need, func(w http.ResponseWriter, r *http.Request, t token) error { return h(w, r, t.name) })
-}
-
-func (s *Service) authorizedToken(need Role, h gatewayHandler) http.Handler {
+// authorized serves h to callers whose token may do what need asks, and
+// is the one place that writes a handler's error, logging the unexpected
+// ones. The gateway endpoints (need RoleGateway) are open, on a trusted
+// network, when no gateway token is configured: h then gets the zero token
+// with the network's bound.
+func (s *Service) authorized(need Role, h func(w http.ResponseWriter, r *http.Request, tok token) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, ok := s.caller(r)
 		switch {
+		case need == RoleGateway && s.gwOpen:
+			t = token{role: RoleGateway, maxGateways: s.cfg.MaxGateways}
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 			writeError(w, &apiError{status: http.StatusUnauthorized, field: "Authorization",
@@ -251,39 +263,13 @@ func (s *Service) authorizedToken(need Role, h gatewayHandler) http.Handler {
 				msg: fmt.Sprintf("token %s has role %s; this needs %s", t.name, t.role, need)})
 			return
 		}
-		s.handle(w, r, func(w http.ResponseWriter, r *http.Request) error { return h(w, r, t) })
+		err := h(w, r, t)
+		if err == nil || r.Context().Err() != nil {
+			return // done, or the caller went away: nobody to answer
+		}
+		if !errors.As(err, new(*apiError)) {
+			s.log.Error("rules service: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		writeError(w, err)
 	})
-}
-
-// gatewayHandler is a gateway endpoint's handler: tok is the caller's
-// token, the zero token with the trusted network's bound when the service
-// runs without gateway tokens.
-type gatewayHandler func(w http.ResponseWriter, r *http.Request, tok token) error
-
-// gateway guards the endpoints gateways use: open, on a trusted network,
-// when no gateway token is configured.
-func (s *Service) gateway(h gatewayHandler) http.Handler {
-	if s.gwOpen {
-		open := token{role: RoleGateway, maxGateways: s.cfg.MaxGateways}
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s.handle(w, r, func(w http.ResponseWriter, r *http.Request) error { return h(w, r, open) })
-		})
-	}
-	return s.authorizedToken(RoleGateway, h)
-}
-
-// handle runs h and writes its error, logging the unexpected ones.
-func (s *Service) handle(w http.ResponseWriter, r *http.Request, h handlerFunc) {
-	err := h(w, r)
-	if err == nil {
-		return
-	}
-	var ae *apiError
-	if r.Context().Err() != nil {
-		return // the caller went away: nobody to answer
-	}
-	if !errors.As(err, &ae) {
-		s.log.Error("rules service: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
-	writeError(w, err)
 }

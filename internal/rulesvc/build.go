@@ -3,7 +3,6 @@ package rulesvc
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -56,13 +55,9 @@ func build(ctx context.Context, q querier) (*built, error) {
 	return &b, b.compile()
 }
 
-func (b *built) compile() error {
-	set, err := rules.Compile(b.doc, 0)
-	if err != nil {
-		return err
-	}
-	b.set = set
-	return nil
+func (b *built) compile() (err error) {
+	b.set, err = rules.Compile(b.doc, 0)
+	return err
 }
 
 // withOverrides returns the emergency form of a change: the stable
@@ -103,7 +98,7 @@ func (b *built) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
 	if err := tx.QueryRow(ctx, "SELECT nextval('snapshot_version')").Scan(&v); err != nil {
 		return 0, fmt.Errorf("next snapshot version: %w", err)
 	}
-	if b.stamp(v) {
+	if b.stamp(v, func(int64) bool { return true }) {
 		// The set serves the document as stamped: compile again.
 		if err := b.compile(); err != nil {
 			return 0, fmt.Errorf("compile snapshot %d: %w", v, err)
@@ -125,37 +120,28 @@ func (b *built) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
 	return v, nil
 }
 
-// stamp sets the Version of b's rules that b.changed names to v, and
-// reports whether it set any. The document's rules are copied first: b's
-// may share them with another built (withOverrides).
 // adopt gives the overrides b.changed names version v, that of the
 // emergency snapshot that published them first, and leaves them out of
 // b.changed: the canary snapshot published beside it carries them at the
 // version the fleet runs and the database keeps, and stamps only what it
 // alone changes.
 func (b *built) adopt(v int64) error {
-	adopted := false
-	b.doc.Rules = slices.Clone(b.doc.Rules)
-	for i := range b.doc.Rules {
-		if r := &b.doc.Rules[i]; slices.Contains(b.overrides, r.ID) && slices.Contains(b.changed, r.ID) {
-			r.Version, adopted = v, true
-		}
-	}
-	if !adopted {
+	isOverride := func(id int64) bool { return slices.Contains(b.overrides, id) }
+	if !b.stamp(v, isOverride) {
 		return nil
 	}
-	b.changed = slices.DeleteFunc(slices.Clone(b.changed), func(id int64) bool { return slices.Contains(b.overrides, id) })
+	b.changed = slices.DeleteFunc(slices.Clone(b.changed), isOverride)
 	return b.compile()
 }
 
-func (b *built) stamp(v int64) bool {
-	if len(b.changed) == 0 {
-		return false
-	}
+// stamp sets to v the Version of b's rules that b.changed names and only
+// accepts, and reports whether it set any. The document's rules are copied
+// first: b's may share them with another built (withOverrides).
+func (b *built) stamp(v int64, only func(id int64) bool) bool {
 	b.doc.Rules = slices.Clone(b.doc.Rules)
 	stamped := false
 	for i := range b.doc.Rules {
-		if r := &b.doc.Rules[i]; slices.Contains(b.changed, r.ID) {
+		if r := &b.doc.Rules[i]; slices.Contains(b.changed, r.ID) && only(r.ID) {
 			r.Version, stamped = v, true
 		}
 	}
@@ -170,10 +156,7 @@ func readKeys(ctx context.Context, q querier) (map[string]rules.KeyInfo, error) 
 		keys[k] = info
 		return nil
 	}, "SELECT key, plan, org FROM api_keys ORDER BY key")
-	if err != nil {
-		return nil, err
-	}
-	return keys, nil
+	return keys, err
 }
 
 func readEndpoints(ctx context.Context, q querier) ([]rules.Endpoint, error) {
@@ -267,11 +250,4 @@ func scanRule(row pgx.Row, extra ...any) (rules.Rule, bool, error) {
 		r.Quotas = nil
 	}
 	return r, override, nil
-}
-
-// asFieldError reports whether err is a rule set that does not compile.
-func asFieldError(err error) (*rules.FieldError, bool) {
-	var fe *rules.FieldError
-	ok := errors.As(err, &fe)
-	return fe, ok
 }

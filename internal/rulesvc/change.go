@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -42,9 +43,17 @@ type outcome struct {
 // Published says where a change went.
 type Published = admin.Published
 
-// writeLock serializes changes, so each snapshot holds every change made
-// before it; the key is per schema.
-const writeLockSQL = "SELECT pg_advisory_xact_lock(hashtext('sluice.write.' || current_schema()))"
+// locked runs f in a transaction that holds the write lock, which
+// serializes changes so that each snapshot holds every change made before
+// it; the lock is per schema.
+func (s *Service) locked(ctx context.Context, f func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('sluice.write.' || current_schema()))"); err != nil {
+			return fmt.Errorf("take write lock: %w", err)
+		}
+		return f(tx)
+	})
+}
 
 // commitAnswer commits c and answers the request with status, the snapshot
 // published and the changed thing as it is after.
@@ -61,10 +70,7 @@ func (s *Service) commitAnswer(w http.ResponseWriter, r *http.Request, status in
 func (s *Service) commit(ctx context.Context, c change) (outcome, Published, error) {
 	var out outcome
 	var pub Published
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, writeLockSQL); err != nil {
-			return fmt.Errorf("take write lock: %w", err)
-		}
+	err := s.locked(ctx, func(tx pgx.Tx) error {
 		var err error
 		if out, err = c.apply(ctx, tx); err != nil {
 			return err
@@ -121,8 +127,8 @@ func (s *Service) commit(ctx context.Context, c change) (outcome, Published, err
 // compileError turns a rule set that does not compile into a 422 that
 // names the rule and field.
 func compileError(err error, b *built, out outcome) error {
-	fe, ok := asFieldError(err)
-	if !ok {
+	var fe *rules.FieldError
+	if !errors.As(err, &fe) {
 		return err
 	}
 	ae := &apiError{status: http.StatusUnprocessableEntity, field: fe.Field, msg: fe.Error()}
@@ -159,7 +165,8 @@ func (s *Service) publish(ctx context.Context, tx pgx.Tx, b *built, emergency bo
 			// The fleet enforces nothing yet: a canary would compare the
 			// new rules' refusals with "nothing refused", and leave the rest
 			// of the fleet without limits for its window.
-			v, err := s.startRollout(ctx, tx, b, "promoted", false, firstRulesReason)
+			v, err := s.startRollout(ctx, tx, b, "promoted", false,
+				"first rules: the stable version enforces no rules, so there is nothing to compare a canary with")
 			return Published{Version: v, Rollout: "promoted"}, err
 		}
 		v, err := s.startRollout(ctx, tx, b, "canary", false, "")
@@ -195,10 +202,6 @@ func (s *Service) publish(ctx context.Context, tx pgx.Tx, b *built, emergency bo
 	return Published{Version: v, Rollout: "canary", Emergency: ev}, err
 }
 
-// firstRulesReason is the reason of a rollout promoted without a canary
-// because the stable version had no rules.
-const firstRulesReason = "first rules: the stable version enforces no rules, so there is nothing to compare a canary with"
-
 // stableHasNoRules reports whether the stable snapshot holds no rules, as
 // a new database's version 1 does (keys and endpoints limit nothing).
 func stableHasNoRules(ctx context.Context, tx pgx.Tx) (bool, error) {
@@ -230,7 +233,8 @@ func (s *Service) startRollout(ctx context.Context, tx pgx.Tx, b *built, st stri
 	}
 	if st == "promoted" {
 		_, err := tx.Exec(ctx, `INSERT INTO rollouts (version, state, emergency, decided_at, reason)
-			VALUES ($1, 'promoted', $2, now(), $3)`, v, emergency, cmp.Or(reason, promotedReason(emergency)))
+			VALUES ($1, 'promoted', $2, now(), $3)`, v, emergency, cmp.Or(reason,
+			map[bool]string{false: "canary disabled", true: "emergency override: skips the canary"}[emergency]))
 		if err != nil {
 			return 0, fmt.Errorf("insert rollout %d: %w", v, err)
 		}
@@ -245,13 +249,6 @@ func (s *Service) startRollout(ctx context.Context, tx pgx.Tx, b *built, st stri
 		return 0, fmt.Errorf("insert rollout %d: %w", v, err)
 	}
 	return v, nil
-}
-
-func promotedReason(emergency bool) string {
-	if emergency {
-		return "emergency override: skips the canary"
-	}
-	return "canary disabled"
 }
 
 // pickCanaries chooses about Canary.Fraction of the gateways that count in
@@ -283,26 +280,23 @@ func chooseCanaries(ids []string, version int64, fraction float64) []string {
 }
 
 func audit(ctx context.Context, tx pgx.Tx, who, action, target string, before, after any, version int64) error {
-	enc := func(v any) ([]byte, error) {
+	var enc [2][]byte // before and after as JSON; nil for none
+	for i, v := range []any{before, after} {
 		if v == nil {
-			return nil, nil
+			continue
 		}
-		return json.Marshal(v)
-	}
-	b, err := enc(before)
-	if err != nil {
-		return fmt.Errorf("audit: encode before: %w", err)
-	}
-	a, err := enc(after)
-	if err != nil {
-		return fmt.Errorf("audit: encode after: %w", err)
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("audit: encode %s: %w", [2]string{"before", "after"}[i], err)
+		}
+		enc[i] = b
 	}
 	var ver *int64
 	if version != 0 {
 		ver = &version
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO audit (who, action, target, before, after, version) VALUES ($1, $2, $3, $4, $5, $6)`,
-		who, action, target, b, a, ver)
+	_, err := tx.Exec(ctx, `INSERT INTO audit (who, action, target, before, after, version) VALUES ($1, $2, $3, $4, $5, $6)`,
+		who, action, target, enc[0], enc[1], ver)
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}

@@ -2,44 +2,13 @@ package rulesvc
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/rules"
 )
-
-// explainSets keeps the stable snapshot compiled for explain and usage, so
-// that a question compiles the set once per version rather than once per
-// call.
-type explainSets struct {
-	mu  sync.Mutex
-	set *rules.Set // of the last version asked about; guarded by mu
-}
-
-// compiled returns the rule set of sn, compiling it when sn is another
-// version than the last one asked about.
-func (e *explainSets) compiled(sn *snap) (*rules.Set, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.set != nil && e.set.Version == sn.version {
-		return e.set, nil
-	}
-	var doc rules.Document
-	if err := json.Unmarshal(sn.doc, &doc); err != nil {
-		return nil, fmt.Errorf("decode snapshot %d: %w", sn.version, err)
-	}
-	set, err := rules.Compile(doc, sn.version)
-	if err != nil {
-		return nil, fmt.Errorf("compile snapshot %d: %w", sn.version, err)
-	}
-	e.set = set
-	return set, nil
-}
 
 // explain answers GET /admin/v1/explain: why a key is limited on one
 // request, from the stable snapshot, the rules table's versions, the
@@ -57,7 +26,7 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 	if sn == nil {
 		return &apiError{status: http.StatusServiceUnavailable, msg: "no rule set is published yet"}
 	}
-	set, err := s.explainSets.compiled(sn)
+	set, err := sn.set()
 	if err != nil {
 		return err
 	}
@@ -76,11 +45,9 @@ func (s *Service) explain(w http.ResponseWriter, r *http.Request, _ string) erro
 		}
 	}
 	e, err := admin.Build(r.Context(), in)
-	var pe *rules.PathError
-	if errors.As(err, &pe) {
+	if errors.As(err, new(*rules.PathError)) {
 		return badRequest("path", "%v", err)
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
 	e.LastRefusal = s.refusals.last(e.KeyHash)

@@ -29,8 +29,7 @@ func (st *state) assigned(gw string) (sn *snap, canary bool) {
 
 // serveSnapshot is the gateways' long poll.
 func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok token) error {
-	q := r.URL.Query()
-	gw, region := q.Get("gateway"), q.Get("region")
+	gw, region := r.URL.Query().Get("gateway"), r.URL.Query().Get("region")
 	if err := rulesapi.CheckGatewayID(gw); err != nil {
 		return badRequest("gateway", "%v", err)
 	}
@@ -41,31 +40,20 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok toke
 		return err
 	}
 	var have int64
-	if a := q.Get("after"); a != "" {
-		v, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || v < 0 {
-			return badRequest("after", "%q is not a snapshot version", a)
-		}
-		have = v
+	if err := query(r, "after", &have, parseInt, func(v int64) bool { return v >= 0 }, "a snapshot version"); err != nil {
+		return err
 	}
 	wait := s.cfg.PollTimeout
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			return badRequest("wait", "%q is not a duration", ws)
-		}
-		wait = min(d, wait)
+	if err := query(r, "wait", &wait, time.ParseDuration, func(d time.Duration) bool { return d >= 0 }, "a duration"); err != nil {
+		return err
 	}
-	if err := s.register(r.Context(), tok, gw, region, have); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) {
-			return err
-		}
-		if r.Context().Err() == nil {
-			// The snapshot in memory is still good: serve it without the
-			// database, which only loses this poll from the fleet count.
-			s.log.Warn("rules service: gateway not registered", "gateway", gw, "err", err)
-		}
+	wait = min(wait, s.cfg.PollTimeout)
+	if err := s.register(r.Context(), tok, gw, region, have); errors.As(err, new(*apiError)) {
+		return err
+	} else if err != nil && r.Context().Err() == nil {
+		// The snapshot in memory is still good: serve it without the
+		// database, which only loses this poll from the fleet count.
+		s.log.Warn("rules service: gateway not registered", "gateway", gw, "err", err)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -74,7 +62,13 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok toke
 		st := s.state.Load()
 		sn, canary := st.assigned(gw)
 		if sn.version != have {
-			return writeSnapshot(w, st, sn, canary, have)
+			// An older version than have is marked a rollback only when
+			// have is a canary the service withdrew; any other gateway
+			// ahead of this replica refuses it.
+			setHeaders(w, st.fleet, canary)
+			writeJSON(w, http.StatusOK, rulesapi.Snapshot{Version: sn.version, Hash: sn.hash, Canary: canary,
+				Rollback: sn.version < have && st.withdrawn[have], Fleet: st.fleet, Document: sn.doc})
+			return nil
 		}
 		select {
 		case <-changed:
@@ -93,10 +87,10 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request, tok toke
 }
 
 func checkRegion(region string) error {
-	if len(region) > 64 {
+	switch {
+	case len(region) > 64:
 		return badRequest("region", "is %d bytes, longer than 64", len(region))
-	}
-	if strings.IndexFunc(region, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+	case strings.IndexFunc(region, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0:
 		return badRequest("region", "%q holds a control character", region)
 	}
 	return nil
@@ -107,16 +101,6 @@ func setHeaders(w http.ResponseWriter, f rulesapi.Fleet, canary bool) {
 		w.Header().Set(rulesapi.FleetHeader, string(b))
 	}
 	w.Header().Set(rulesapi.CanaryHeader, map[bool]string{false: "0", true: "1"}[canary])
-}
-
-// writeSnapshot answers with sn to a gateway that holds version have. An
-// older version than have is marked a rollback only when have is a canary
-// the service withdrew; any other gateway ahead of this replica refuses it.
-func writeSnapshot(w http.ResponseWriter, st *state, sn *snap, canary bool, have int64) error {
-	setHeaders(w, st.fleet, canary)
-	writeJSON(w, http.StatusOK, rulesapi.Snapshot{Version: sn.version, Hash: sn.hash, Canary: canary,
-		Rollback: sn.version < have && st.withdrawn[have], Fleet: st.fleet, Document: sn.doc})
-	return nil
 }
 
 // register records that a gateway polled. A gateway ID belongs to the token
@@ -160,9 +144,13 @@ func (s *Service) register(ctx context.Context, tok token, gw, region string, ve
 	}
 	if live >= tok.maxGateways {
 		s.metrics.refusedGateways.Inc()
+		label := "token " + tok.name
+		if tok.name == "" {
+			label = "the trusted network"
+		}
 		return &apiError{status: http.StatusForbidden, field: "gateway",
 			msg: fmt.Sprintf("%s already has %d gateways registered, its most (max_gateways): a new one is refused "+
-				"until one stops polling for %v", tokenLabel(tok), live, s.cfg.GatewayTTL)}
+				"until one stops polling for %v", label, live, s.cfg.GatewayTTL)}
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO gateways (id, region, version, last_seen, token, last_report, report_credit, credit_at)
 		VALUES ($1, $2, $3, now(), $4, NULL, $5, now())
@@ -187,13 +175,6 @@ func (tok token) binds(gw, region string) error {
 			msg: fmt.Sprintf("token %s is bound to region %q; it cannot poll or report as region %q", tok.name, tok.region, region)}
 	}
 	return nil
-}
-
-func tokenLabel(tok token) string {
-	if tok.name == "" {
-		return "the trusted network"
-	}
-	return "token " + tok.name
 }
 
 // reportBurst is how many reports a gateway may send at once after a

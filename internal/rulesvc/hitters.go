@@ -3,6 +3,7 @@ package rulesvc
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sync"
@@ -86,13 +87,11 @@ func (r *refusals) add(rv ruleVersion, key, lim string, n int64, at time.Time) {
 	s := r.rules[rv]
 	if s == nil {
 		if len(r.rules) >= hitterRules {
-			oldest := rv
-			for k := range r.rules {
-				if k.version < oldest.version || (k.version == oldest.version && k.rule < oldest.rule) {
-					oldest = k
-				}
+			older := func(a, b ruleVersion) int {
+				return cmp.Or(cmp.Compare(a.version, b.version), cmp.Compare(a.rule, b.rule))
 			}
-			if oldest == rv {
+			oldest := slices.MinFunc(slices.Collect(maps.Keys(r.rules)), older)
+			if older(rv, oldest) < 0 {
 				return // older than everything kept
 			}
 			delete(r.rules, oldest)

@@ -54,11 +54,7 @@ func (m *metrics) observe(st *state) {
 	if st.stable != nil {
 		m.stable.Set(float64(st.stable.version))
 	}
-	if st.canary != nil {
-		m.canary.Set(float64(st.canary.version))
-	} else {
-		m.canary.Set(0)
-	}
+	m.canary.Set(float64(st.canary.ver()))
 	m.halted.Set(float64(st.halted))
 	m.gateways.Reset()
 	for r, n := range st.fleet.Regions {

@@ -95,12 +95,11 @@ func migrate(ctx context.Context, cc *pgx.ConnConfig, schema string) (err error)
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLock); err != nil {
 		return fmt.Errorf("migrate: take lock: %w", err)
 	}
-	stmts := []string{
+	for _, s := range []string{
 		"CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{schema}.Sanitize(),
 		`CREATE TABLE IF NOT EXISTS schema_migrations (
 			version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-	}
-	for _, s := range stmts {
+	} {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			return fmt.Errorf("migrate schema %s: %w", schema, err)
 		}

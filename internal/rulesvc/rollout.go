@@ -3,6 +3,7 @@ package rulesvc
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"strings"
@@ -14,28 +15,16 @@ import (
 )
 
 // Side is what one side of a canary reported: the canary gateways of the
-// new version, or the rest of the fleet of the stable version.
+// new version, or the rest of the fleet of the stable version. Its Rate
+// weighs each gateway's requests up to Canary.MinSample: gateways that
+// reported a full sample weigh the same whatever counts they claim, so no
+// gateway outweighs another that served as much real traffic, and its
+// sums are shown, not judged.
 type Side struct {
-	// Requests and Refused are the side's sums, saturating at the largest
-	// int64. They are shown, not judged: one gateway's counts cannot carry
-	// a side (see Rate).
-	Requests int64 `json:"requests"`
-	Refused  int64 `json:"refused"`
-	// Gateways counts the distinct gateways that reported requests.
-	Gateways int `json:"gateways"`
-	// Rate is the fraction refused with each gateway's own rate weighed by
-	// its requests up to Canary.MinSample: gateways that reported a full
-	// sample weigh the same whatever counts they claim, so no gateway
-	// outweighs another that served as much real traffic.
-	Rate float64 `json:"rate"`
+	admin.Side
 	// weight is the sum of the gateways' weights; the side is judged once
 	// it reaches MinSample.
 	weight float64
-}
-
-// view is the side as the admin API shows it.
-func (s Side) view() *admin.Side {
-	return &admin.Side{Requests: s.Requests, Refused: s.Refused, Gateways: s.Gateways, Rate: s.Rate}
 }
 
 // gatewayCounts is what one gateway reported on one side.
@@ -164,22 +153,13 @@ func (s *Service) evaluate(ctx context.Context) error {
 			return nil
 		}
 		changed = true
-		if _, err := tx.Exec(ctx, "UPDATE rollouts SET state = $1, decided_at = now(), reason = $2, compared = $3 WHERE version = $4",
-			st, reason, compared, v); err != nil {
-			return fmt.Errorf("decide rollout %d: %w", v, err)
-		}
-		after := map[string]any{"version": v, "state": st, "reason": reason, "compared": compared,
-			"canary_counts": can, "rest_counts": rest}
-		if err := audit(ctx, tx, "sluice", "rollout."+st, fmt.Sprintf("rollouts/%d", v), nil, after, v); err != nil {
-			return err
-		}
 		if compared {
 			s.log.Info("rules service: rollout decided", "version", v, "state", st, "reason", reason)
 		} else {
 			uncompared = true
 			s.log.Warn("rules service: canary promoted without comparison", "version", v, "reason", reason)
 		}
-		return s.notify(ctx, tx)
+		return s.decide(ctx, tx, "sluice", v, st, reason, &compared, map[string]any{"canary_counts": can, "rest_counts": rest})
 	})
 	if err != nil {
 		return err
@@ -191,6 +171,25 @@ func (s *Service) evaluate(ctx context.Context) error {
 		return s.reload(ctx)
 	}
 	return nil
+}
+
+// decide ends the canary of version v as st, "promoted" or "halted", for
+// reason, and writes the audit row, which shows extra besides the decision.
+// compared is nil for a decision by hand, which compares nothing.
+func (s *Service) decide(ctx context.Context, tx pgx.Tx, who string, v int64, st, reason string, compared *bool, extra map[string]any) error {
+	if _, err := tx.Exec(ctx, "UPDATE rollouts SET state = $1, decided_at = now(), reason = $2, compared = $3 WHERE version = $4",
+		st, reason, compared, v); err != nil {
+		return fmt.Errorf("decide rollout %d: %w", v, err)
+	}
+	after := map[string]any{"version": v, "state": st, "reason": reason}
+	if compared != nil {
+		after["compared"] = *compared
+	}
+	maps.Copy(after, extra)
+	if err := audit(ctx, tx, who, "rollout."+st, fmt.Sprintf("rollouts/%d", v), nil, after, v); err != nil {
+		return err
+	}
+	return s.notify(ctx, tx)
 }
 
 // saturated is a sum of counts as a bigint: PostgreSQL sums bigints as
@@ -247,10 +246,7 @@ func (s *Service) decideByHand(st string) func(w http.ResponseWriter, r *http.Re
 			return badRequest("reason", "is required: say why the rollout is %s by hand", st)
 		}
 		var v int64
-		err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(r.Context(), writeLockSQL); err != nil {
-				return fmt.Errorf("take write lock: %w", err)
-			}
+		err := s.locked(r.Context(), func(tx pgx.Tx) error {
 			err := tx.QueryRow(r.Context(), `SELECT version FROM rollouts WHERE state = 'canary'
 				ORDER BY version DESC LIMIT 1 FOR UPDATE`).Scan(&v)
 			if isNoRows(err) {
@@ -259,16 +255,7 @@ func (s *Service) decideByHand(st string) func(w http.ResponseWriter, r *http.Re
 			if err != nil {
 				return fmt.Errorf("read canary: %w", err)
 			}
-			reason := fmt.Sprintf("%s by %s: %s", st, who, body.Reason)
-			if _, err := tx.Exec(r.Context(), "UPDATE rollouts SET state = $1, decided_at = now(), reason = $2 WHERE version = $3",
-				st, reason, v); err != nil {
-				return fmt.Errorf("decide rollout %d: %w", v, err)
-			}
-			after := map[string]any{"version": v, "state": st, "reason": reason}
-			if err := audit(r.Context(), tx, who, "rollout."+st, fmt.Sprintf("rollouts/%d", v), nil, after, v); err != nil {
-				return err
-			}
-			return s.notify(r.Context(), tx)
+			return s.decide(r.Context(), tx, who, v, st, fmt.Sprintf("%s by %s: %s", st, who, body.Reason), nil, nil)
 		})
 		if err != nil {
 			return err

@@ -38,12 +38,8 @@ func (s *Service) applyRuleSet(w http.ResponseWriter, r *http.Request, who strin
 		return err
 	}
 	dry := false
-	if v := r.URL.Query().Get("dry_run"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return badRequest("dry_run", "%q is not true or false", v)
-		}
-		dry = b
+	if err := query(r, "dry_run", &dry, strconv.ParseBool, nil, "true or false"); err != nil {
+		return err
 	}
 	if err := checkDocument(doc, time.Now()); err != nil {
 		return err
@@ -101,10 +97,7 @@ func (s *Service) applyRuleSet(w http.ResponseWriter, r *http.Request, who strin
 func (s *Service) tryChange(ctx context.Context, apply func(ctx context.Context, tx pgx.Tx) (outcome, error)) (*built, error) {
 	var b *built
 	errRollback := errors.New("dry run")
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, writeLockSQL); err != nil {
-			return fmt.Errorf("take write lock: %w", err)
-		}
+	err := s.locked(ctx, func(tx pgx.Tx) error {
 		out, err := apply(ctx, tx)
 		if err != nil {
 			return err
@@ -244,14 +237,14 @@ func replaceRuleSet(ctx context.Context, tx pgx.Tx, doc rules.Document) ([]admin
 			if string(before) == string(after) {
 				continue
 			}
-			if err := updateRule(ctx, tx, id, r); err != nil {
+			if _, err := writeRule(ctx, tx, id, r, false); err != nil {
 				return nil, nil, err
 			}
 			touched = append(touched, id)
 			changes = append(changes, admin.Change{Op: admin.OpChange, Kind: "rule", Name: ruleName(r), Rule: id, Before: before, After: after})
 			continue
 		}
-		id, err := insertRule(ctx, tx, r, false)
+		id, err := writeRule(ctx, tx, 0, r, false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -299,13 +292,9 @@ func replaceRuleSet(ctx context.Context, tx pgx.Tx, doc rules.Document) ([]admin
 // replaceEntries makes the entries of e want, where cur is what is stored,
 // and returns the changes by name.
 func replaceEntries[T any](ctx context.Context, tx pgx.Tx, e entries[T], cur, want map[string]T) ([]admin.Change, error) {
-	names := slices.Sorted(maps.Keys(cur))
-	for name := range want {
-		if _, ok := cur[name]; !ok {
-			names = append(names, name)
-		}
-	}
+	names := slices.AppendSeq(slices.Collect(maps.Keys(cur)), maps.Keys(want))
 	slices.Sort(names)
+	names = slices.Compact(names)
 	var changes []admin.Change
 	for _, name := range names {
 		old, had := cur[name]

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/rulesapi"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // notifyChannel is the PostgreSQL channel every change is announced on. The
@@ -241,11 +243,10 @@ type Service struct {
 	mu        sync.Mutex
 	changed   chan struct{} // closed when state changes, then replaced; guarded by mu
 
-	stopped  chan struct{} // closed when Run returns: waiting polls give up
-	stopOnce sync.Once
+	stopped chan struct{} // closed by stop, when Run returns: waiting polls give up
+	stop    func()
 
-	explainSets explainSets // the stable snapshot, compiled for explain
-	refusals    *refusals   // the busiest refused keys the gateways reported
+	refusals *refusals // the busiest refused keys the gateways reported
 }
 
 // state is what one replica serves; it is replaced whole.
@@ -265,6 +266,9 @@ type snap struct {
 	version int64
 	hash    string
 	doc     json.RawMessage
+	// set compiles doc once, for explain and usage: a question compiles
+	// the set once per version rather than once per call.
+	set func() (*rules.Set, error)
 }
 
 // New connects to PostgreSQL, creates or migrates the schema (several
@@ -284,7 +288,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m,
 		changed: make(chan struct{}), stopped: make(chan struct{}), refusals: newRefusals()}
-	s.tokens, s.gwOpen = compileTokens(cfg.Tokens, cfg.MaxGateways)
+	s.stop = sync.OnceFunc(func() { close(s.stopped) })
+	s.tokens = compileTokens(cfg.Tokens, cfg.MaxGateways)
+	s.gwOpen = !slices.ContainsFunc(s.tokens, func(t token) bool { return t.role == RoleGateway })
 	s.state.Store(&state{})
 	if s.gwOpen {
 		s.log.Warn("rules service: no gateway token; /v1 is open to anyone on the network, which is declared trusted",
@@ -309,16 +315,14 @@ func (s *Service) Close() {
 	s.pool.Close()
 }
 
-func (s *Service) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
-
 // Handler serves the admin API under /admin/v1, the operator console under
 // /ui (package console), the gateway endpoints under
 // /v1 and the health check at /healthz.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.adminRoutes(mux)
-	mux.Handle("GET "+rulesapi.SnapshotPath, s.gateway(s.serveSnapshot))
-	mux.Handle("POST "+rulesapi.ReportPath, s.gateway(s.serveReport))
+	mux.Handle("GET "+rulesapi.SnapshotPath, s.authorized(RoleGateway, s.serveSnapshot))
+	mux.Handle("POST "+rulesapi.ReportPath, s.authorized(RoleGateway, s.serveReport))
 	s.consoleRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.pool.Ping(r.Context()); err != nil {
@@ -362,18 +366,17 @@ func (s *Service) every(ctx context.Context, d time.Duration, f func(context.Con
 	}
 }
 
+// refresh prunes what is past its retention, and reloads.
+// reloads.
 func (s *Service) refresh(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM decisions WHERE at < now() - make_interval(secs => $1)`,
-		s.cfg.ReportRetention.Seconds()); err != nil {
-		return fmt.Errorf("prune decisions: %w", err)
-	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM shadow_hits WHERE at < now() - make_interval(secs => $1)`,
-		s.cfg.ReportRetention.Seconds()); err != nil {
-		return fmt.Errorf("prune shadow hits: %w", err)
-	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM gateways WHERE last_seen < now() - make_interval(secs => $1)`,
-		s.cfg.GatewayRetention.Seconds()); err != nil {
-		return fmt.Errorf("prune gateways: %w", err)
+	for _, p := range []struct {
+		table, column string
+		keep          time.Duration
+	}{{"decisions", "at", s.cfg.ReportRetention}, {"shadow_hits", "at", s.cfg.ReportRetention}, {"gateways", "last_seen", s.cfg.GatewayRetention}} {
+		if _, err := s.pool.Exec(ctx, "DELETE FROM "+p.table+" WHERE "+p.column+" < now() - make_interval(secs => $1)",
+			p.keep.Seconds()); err != nil {
+			return fmt.Errorf("prune %s: %w", p.table, err)
+		}
 	}
 	return s.reload(ctx)
 }
@@ -471,19 +474,18 @@ func (s *Service) reload(ctx context.Context) error {
 			next.canaries[g] = true
 		}
 	}
-	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM rollouts WHERE state = 'halted' AND version > $1`,
-		stableV).Scan(&next.halted)
-	if err != nil {
-		return fmt.Errorf("read halted rollouts: %w", err)
-	}
-	withdrawn, err := collect(ctx, s.pool, "withdrawn rollouts", pgx.RowTo[int64],
-		`SELECT version FROM rollouts WHERE state IN ('halted', 'superseded') AND version > $1`, stableV)
+	next.withdrawn = map[int64]bool{}
+	var v int64
+	var halted bool
+	err = forEach(ctx, s.pool, "withdrawn rollouts", []any{&v, &halted}, func() error {
+		next.withdrawn[v] = true
+		if halted {
+			next.halted = max(next.halted, v)
+		}
+		return nil
+	}, `SELECT version, state = 'halted' FROM rollouts WHERE state IN ('halted', 'superseded') AND version > $1`, stableV)
 	if err != nil {
 		return err
-	}
-	next.withdrawn = map[int64]bool{}
-	for _, v := range withdrawn {
-		next.withdrawn[v] = true
 	}
 	if next.fleet, err = s.countFleet(ctx); err != nil {
 		return err
@@ -511,6 +513,17 @@ func (s *Service) snapshot(ctx context.Context, v int64, old *state) (*snap, err
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot %d: %w", v, err)
 	}
+	sn.set = sync.OnceValues(func() (*rules.Set, error) {
+		var doc rules.Document
+		if err := json.Unmarshal(sn.doc, &doc); err != nil {
+			return nil, fmt.Errorf("decode snapshot %d: %w", v, err)
+		}
+		set, err := rules.Compile(doc, v)
+		if err != nil {
+			return nil, fmt.Errorf("compile snapshot %d: %w", v, err)
+		}
+		return set, nil
+	})
 	return sn, nil
 }
 
@@ -529,35 +542,20 @@ func (s *Service) countFleet(ctx context.Context) (rulesapi.Fleet, error) {
 		f.Regions[region] = n
 		return nil
 	}, `SELECT region, count(*) FROM gateways WHERE `+liveGateways+` GROUP BY region`, s.cfg.GatewayTTL.Seconds())
-	if err != nil {
-		return rulesapi.Fleet{}, err
+	return f, err
+}
+
+// ver is sn's version; 0 for none.
+func (sn *snap) ver() int64 {
+	if sn == nil {
+		return 0
 	}
-	return f, nil
+	return sn.version
 }
 
 func sameState(a, b *state) bool {
-	ver := func(s *snap) int64 {
-		if s == nil {
-			return 0
-		}
-		return s.version
-	}
-	if ver(a.stable) != ver(b.stable) || ver(a.canary) != ver(b.canary) || len(a.canaries) != len(b.canaries) ||
-		len(a.withdrawn) != len(b.withdrawn) ||
-		a.fleet.Total != b.fleet.Total || len(a.fleet.Regions) != len(b.fleet.Regions) {
-		return false
-	}
-	for g := range a.canaries {
-		if !b.canaries[g] {
-			return false
-		}
-	}
-	for r, n := range a.fleet.Regions {
-		if b.fleet.Regions[r] != n {
-			return false
-		}
-	}
-	return true
+	return a.stable.ver() == b.stable.ver() && a.canary.ver() == b.canary.ver() && len(a.withdrawn) == len(b.withdrawn) &&
+		maps.Equal(a.canaries, b.canaries) && a.fleet.Total == b.fleet.Total && maps.Equal(a.fleet.Regions, b.fleet.Regions)
 }
 
 // waitChange returns a channel closed at the next change of state.

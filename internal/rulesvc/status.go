@@ -17,12 +17,8 @@ type ShadowRule = admin.ShadowRule
 // each shadow rule's would-be refusals, most first, with its top ten keys.
 func (s *Service) shadowReport(w http.ResponseWriter, r *http.Request, _ string) error {
 	since := 24 * time.Hour
-	if v := r.URL.Query().Get("since"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return badRequest("since", "%q is not a positive duration", v)
-		}
-		since = d
+	if err := query(r, "since", &since, time.ParseDuration, func(d time.Duration) bool { return d > 0 }, "a positive duration"); err != nil {
+		return err
 	}
 	ctx := r.Context()
 	out, err := collect(ctx, s.pool, "shadow hits", func(row pgx.CollectableRow) (ShadowRule, error) {
@@ -89,7 +85,7 @@ func (s *Service) rollout(w http.ResponseWriter, r *http.Request, _ string) erro
 		if err != nil {
 			return err
 		}
-		ro.Canary, ro.Rest = can.view(), rest.view()
+		ro.Canary, ro.Rest = &can.Side, &rest.Side
 	}
 	writeJSON(w, http.StatusOK, st)
 	return nil

@@ -3,9 +3,9 @@ package rulesvc
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,7 +59,7 @@ func (s *Service) usage(w http.ResponseWriter, r *http.Request, _ string) error 
 	if st.stable == nil || len(st.stable.doc) == 0 {
 		return notFound("no rule set is published yet")
 	}
-	set, err := s.explainSets.compiled(st.stable)
+	set, err := st.stable.set()
 	if err != nil {
 		return err
 	}
@@ -71,39 +71,31 @@ func (s *Service) usage(w http.ResponseWriter, r *http.Request, _ string) error 
 	out := Usage{Key: key, Quotas: []QuotaUsage{}}
 	// The key's own counters and its org's are under two store keys: one
 	// read of each.
-	names := map[string][]string{}
-	var storeKeys []string
-	seen := map[string]bool{}
-	var counters []string // parallel to out.Quotas: store key and counter
+	type counter struct{ storeKey, name string }
+	var counters []counter         // parallel to out.Quotas
+	names := map[string][]string{} // the counters of each store key
 	for _, ep := range eps {
 		for _, q := range set.Resolve(now, rules.Query{APIKey: key, Endpoint: ep}).Quotas {
 			id, _, end := q.Window(now)
-			sk, name := cmp.Or(q.Key, "k:"+key), q.CounterName(id)
-			if seen[sk+" "+name] {
+			c := counter{cmp.Or(q.Key, "k:"+key), q.CounterName(id)}
+			if slices.Contains(counters, c) {
 				continue
 			}
-			seen[sk+" "+name] = true
-			counters = append(counters, sk+" "+name)
-			zone := "UTC"
-			if q.Location != nil {
-				zone = q.Location.String()
-			}
-			if names[sk] == nil {
-				storeKeys = append(storeKeys, sk)
-			}
-			names[sk] = append(names[sk], name)
-			out.Quotas = append(out.Quotas, QuotaUsage{Name: q.Name, Per: string(q.Period), Zone: zone, Period: id,
+			counters = append(counters, c)
+			names[c.storeKey] = append(names[c.storeKey], c.name)
+			// A nil Location is UTC, and says so.
+			out.Quotas = append(out.Quotas, QuotaUsage{Name: q.Name, Per: string(q.Period), Zone: q.Location.String(), Period: id,
 				Count: q.Count, ResetsAt: end.UTC(), Org: strings.TrimPrefix(q.Key, rules.OrgKeyPrefix), Shadow: q.Shadow})
 		}
 	}
-	used := map[string]int64{}
-	for _, sk := range storeKeys {
-		got, err := s.cfg.Counts.ReadCounts(r.Context(), sk, names[sk])
+	used := map[counter]int64{}
+	for sk, ns := range names {
+		got, err := s.cfg.Counts.ReadCounts(r.Context(), sk, ns)
 		if err != nil {
 			return &apiError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("read %s's quota counters: %v", key, err)}
 		}
 		for i, n := range got {
-			used[sk+" "+names[sk][i]] = n
+			used[counter{sk, ns[i]}] = n
 		}
 	}
 	for i := range out.Quotas {
@@ -112,16 +104,4 @@ func (s *Service) usage(w http.ResponseWriter, r *http.Request, _ string) error 
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// quotasJSON is the quotas column of rule: its quotas, never null.
-func quotasJSON(rule rules.Rule) []byte {
-	if len(rule.Quotas) == 0 {
-		return []byte("[]")
-	}
-	b, err := json.Marshal(rule.Quotas)
-	if err != nil { // a []rules.Quota always encodes
-		return []byte("[]")
-	}
-	return b
 }

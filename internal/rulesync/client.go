@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -105,13 +106,8 @@ func New(cfg Config) (*Client, error) {
 	if err := rulesapi.CheckGatewayID(cfg.Gateway); err != nil {
 		return nil, fmt.Errorf("rulesync: %w", err)
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&cfg.Wait, 25*time.Second)
-	def(&cfg.ReportInterval, 5*time.Second)
+	cfg.Wait = cmp.Or(cfg.Wait, 25*time.Second)
+	cfg.ReportInterval = cmp.Or(cfg.ReportInterval, 5*time.Second)
 	if cfg.Wait < 0 || cfg.ReportInterval < 0 {
 		return nil, errors.New("rulesync: durations must not be negative")
 	}
@@ -162,15 +158,11 @@ func (c *Client) Canary() bool { return c.canary.Load() }
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
 // FleetSize returns how many gateways the service last said are
-// subscribed, in total and per region. It is zero until the service has
-// answered once.
+// subscribed, in total and per region, in a copy the caller may keep. It
+// is zero until the service has answered once.
 func (c *Client) FleetSize() rulesapi.Fleet {
 	f := c.fleet.Load()
-	out := rulesapi.Fleet{Total: f.Total, Regions: make(map[string]int, len(f.Regions))}
-	for r, n := range f.Regions {
-		out.Regions[r] = n
-	}
-	return out
+	return rulesapi.Fleet{Total: f.Total, Regions: maps.Clone(f.Regions)}
 }
 
 // Age reports how long ago the service last answered; before it has, how
