@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -147,11 +148,7 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
-	roles := map[rulesvc.Role]bool{}
-	for _, t := range o.cfg.Tokens {
-		roles[t.Role] = true
-	}
-	if !roles[rulesvc.RoleWrite] {
+	if !slices.ContainsFunc(o.cfg.Tokens, func(t rulesvc.Token) bool { return t.Role == rulesvc.RoleWrite }) {
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 
