@@ -113,59 +113,59 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	return nil
 }
 
+// call sends a request as do does and returns the answer decoded into a T.
+func call[T any](ctx context.Context, c *Client, method, path string, body any) (T, error) {
+	var out T
+	err := c.do(ctx, method, path, body, &out)
+	return out, err
+}
+
+// ruleList gets the rules of an answer shaped {"rules": [...]}.
+func ruleList[T any](ctx context.Context, c *Client, path string) ([]T, error) {
+	out, err := call[struct {
+		Rules []T `json:"rules"`
+	}](ctx, c, "GET", path, nil)
+	return out.Rules, err
+}
+
 // Rules returns every stored rule, overrides included, by ID.
 func (c *Client) Rules(ctx context.Context) ([]RuleView, error) {
-	var out struct {
-		Rules []RuleView `json:"rules"`
-	}
-	err := c.do(ctx, "GET", "/rules", nil, &out)
-	return out.Rules, err
+	return ruleList[RuleView](ctx, c, "/rules")
 }
 
 // Rule returns the rule id.
 func (c *Client) Rule(ctx context.Context, id int64) (RuleView, error) {
-	var out RuleView
-	err := c.do(ctx, "GET", "/rules/"+strconv.FormatInt(id, 10), nil, &out)
-	return out, err
+	return call[RuleView](ctx, c, "GET", "/rules/"+strconv.FormatInt(id, 10), nil)
 }
 
 // CreateRule adds a rule; the service assigns its ID.
 func (c *Client) CreateRule(ctx context.Context, r rules.Rule) (Changed[RuleView], error) {
-	var out Changed[RuleView]
-	err := c.do(ctx, "POST", "/rules", r, &out)
-	return out, err
+	return call[Changed[RuleView]](ctx, c, "POST", "/rules", r)
 }
 
 // ReplaceRule replaces the rule id with r.
 func (c *Client) ReplaceRule(ctx context.Context, id int64, r rules.Rule) (Changed[RuleView], error) {
-	var out Changed[RuleView]
-	err := c.do(ctx, "PUT", "/rules/"+strconv.FormatInt(id, 10), r, &out)
-	return out, err
+	return call[Changed[RuleView]](ctx, c, "PUT", "/rules/"+strconv.FormatInt(id, 10), r)
 }
 
 // DeleteRule deletes the rule id.
 func (c *Client) DeleteRule(ctx context.Context, id int64) (Published, error) {
-	var out Changed[RuleView]
-	err := c.do(ctx, "DELETE", "/rules/"+strconv.FormatInt(id, 10), nil, &out)
+	out, err := call[Changed[RuleView]](ctx, c, "DELETE", "/rules/"+strconv.FormatInt(id, 10), nil)
 	return out.Snapshot, err
 }
 
 // ValidateRule reports whether the rule set would compile with r added
 // (or, when r.ID is set, replaced), and saves nothing.
 func (c *Client) ValidateRule(ctx context.Context, r rules.Rule) (Validation, error) {
-	var out Validation
-	err := c.do(ctx, "POST", "/rules/validate", r, &out)
-	return out, err
+	return call[Validation](ctx, c, "POST", "/rules/validate", r)
 }
 
 // ApplyRuleSet makes doc the rule set in one version: its rules replace
 // every rule but the emergency overrides, and its keys and endpoints, when
 // not nil, replace the stored ones (an empty, non-nil section removes
-// them all). The answer lists the
-// differences. With dryRun, nothing is stored. A doc that matches what is
+// them all). The answer lists the differences. With dryRun, nothing is stored. A doc that matches what is
 // stored makes no version.
 func (c *Client) ApplyRuleSet(ctx context.Context, doc rules.Document, dryRun bool) (Applied, error) {
-	var out Applied
 	path := "/ruleset"
 	if dryRun {
 		path += "?dry_run=true"
@@ -186,55 +186,42 @@ func (c *Client) ApplyRuleSet(ctx context.Context, doc rules.Document, dryRun bo
 	if body.Rules == nil {
 		body.Rules = []rules.Rule{}
 	}
-	err := c.do(ctx, "PUT", path, body, &out)
-	return out, err
+	return call[Applied](ctx, c, "PUT", path, body)
 }
 
 // Overrides returns the emergency overrides, by ID.
 func (c *Client) Overrides(ctx context.Context) ([]RuleView, error) {
-	var out struct {
-		Rules []RuleView `json:"rules"`
-	}
-	err := c.do(ctx, "GET", "/overrides", nil, &out)
-	return out.Rules, err
+	return ruleList[RuleView](ctx, c, "/overrides")
 }
 
 // SetOverride sets the emergency override of the API key, replacing any it
 // had. It goes to every gateway at once, skipping the canary.
 func (c *Client) SetOverride(ctx context.Context, key string, o Override) (Changed[RuleView], error) {
-	var out Changed[RuleView]
-	err := c.do(ctx, "PUT", "/overrides/"+url.PathEscape(key), o, &out)
-	return out, err
+	return call[Changed[RuleView]](ctx, c, "PUT", "/overrides/"+url.PathEscape(key), o)
 }
 
 // EndOverride removes the emergency override of the API key.
 func (c *Client) EndOverride(ctx context.Context, key string) (Published, error) {
-	var out Changed[RuleView]
-	err := c.do(ctx, "DELETE", "/overrides/"+url.PathEscape(key), nil, &out)
+	out, err := call[Changed[RuleView]](ctx, c, "DELETE", "/overrides/"+url.PathEscape(key), nil)
 	return out.Snapshot, err
 }
 
 // Key returns the directory entry of the API key.
 func (c *Client) Key(ctx context.Context, key string) (rules.KeyInfo, error) {
-	var out rules.KeyInfo
-	err := c.do(ctx, "GET", "/keys/"+url.PathEscape(key), nil, &out)
-	return out, err
+	return call[rules.KeyInfo](ctx, c, "GET", "/keys/"+url.PathEscape(key), nil)
 }
 
 // Endpoints returns the endpoints, by name.
 func (c *Client) Endpoints(ctx context.Context) ([]rules.Endpoint, error) {
-	var out struct {
+	out, err := call[struct {
 		Endpoints []rules.Endpoint `json:"endpoints"`
-	}
-	err := c.do(ctx, "GET", "/endpoints", nil, &out)
+	}](ctx, c, "GET", "/endpoints", nil)
 	return out.Endpoints, err
 }
 
 // Rollout returns the stable version and the newest rollouts.
 func (c *Client) Rollout(ctx context.Context) (RolloutStatus, error) {
-	var out RolloutStatus
-	err := c.do(ctx, "GET", "/rollout", nil, &out)
-	return out, err
+	return call[RolloutStatus](ctx, c, "GET", "/rollout", nil)
 }
 
 // Promote promotes the running canary to every gateway; reason is
@@ -250,9 +237,7 @@ func (c *Client) Halt(ctx context.Context, reason string) (Decision, error) {
 }
 
 func (c *Client) decide(ctx context.Context, how, reason string) (Decision, error) {
-	var out Decision
-	err := c.do(ctx, "POST", "/rollout/"+how, map[string]string{"reason": reason}, &out)
-	return out, err
+	return call[Decision](ctx, c, "POST", "/rollout/"+how, map[string]string{"reason": reason})
 }
 
 // Audit returns up to limit audit entries, newest first, older than the
@@ -270,26 +255,19 @@ func (c *Client) Audit(ctx context.Context, limit int, before int64) ([]AuditEnt
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var out struct {
+	out, err := call[struct {
 		Entries []AuditEntry `json:"entries"`
-	}
-	err := c.do(ctx, "GET", path, nil, &out)
+	}](ctx, c, "GET", path, nil)
 	return out.Entries, err
 }
 
 // Fleet returns the gateways that polled within the gateway TTL.
 func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
-	var out Fleet
-	err := c.do(ctx, "GET", "/fleet", nil, &out)
-	return out, err
+	return call[Fleet](ctx, c, "GET", "/fleet", nil)
 }
 
 // Shadow returns what each shadow rule would have refused over the last
 // since (a duration such as "1h"), by rule.
 func (c *Client) Shadow(ctx context.Context, since string) ([]ShadowRule, error) {
-	var out struct {
-		Rules []ShadowRule `json:"rules"`
-	}
-	err := c.do(ctx, "GET", "/shadow?since="+url.QueryEscape(since), nil, &out)
-	return out.Rules, err
+	return ruleList[ShadowRule](ctx, c, "/shadow?since="+url.QueryEscape(since))
 }

@@ -149,13 +149,11 @@ func (c *Client) Explain(ctx context.Context, key, method, path string) (Explana
 // rules service reads from the quota balancer it is given; an empty region
 // is Explain.
 func (c *Client) ExplainRegion(ctx context.Context, key, method, path, region string) (Explanation, error) {
-	var e Explanation
 	q := url.Values{"key": {key}, "method": {method}, "path": {path}}
 	if region != "" {
 		q.Set("region", region)
 	}
-	err := c.do(ctx, "GET", ExplainPath+"?"+q.Encode(), nil, &e)
-	return e, err
+	return call[Explanation](ctx, c, "GET", ExplainPath+"?"+q.Encode(), nil)
 }
 
 // ExplainInput is what Build explains.
@@ -308,9 +306,5 @@ type RefusedKey struct {
 // Refused returns, for each rule version the service has seen refuse, its
 // busiest refused keys, the newest versions first.
 func (c *Client) Refused(ctx context.Context) ([]RefusedRule, error) {
-	var out struct {
-		Rules []RefusedRule `json:"rules"`
-	}
-	err := c.do(ctx, "GET", RefusedPath, nil, &out)
-	return out.Rules, err
+	return ruleList[RefusedRule](ctx, c, RefusedPath)
 }

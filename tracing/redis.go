@@ -23,7 +23,7 @@ func Redis(c rueidis.Client, tp trace.TracerProvider) rueidis.Client {
 	if tp == nil {
 		return c
 	}
-	return &redisClient{Client: c, tracer: tracer(tp)}
+	return &redisClient{Client: c, tracer: tp.Tracer(ScopeName)}
 }
 
 type redisClient struct {

@@ -11,6 +11,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -19,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluice-rl/sluice/limit"
 )
@@ -40,17 +40,9 @@ const (
 	UpstreamSpan = "sluice.upstream"
 )
 
-func tracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
-	return tp.Tracer(ScopeName)
-}
-
 // Store returns a limit.Store that records a DecisionSpan for each Take of
 // inner, as a child of the span in the call's context (with a nil tp, inner
-// itself): the number of
-// limits and the cost, then whether the request was allowed, where the
+// itself): the number of limits and the cost, then whether the request was allowed, where the
 // answer came from (the Source), and for a refusal the limit that refused
 // and the retry time; a store error marks the span failed. When inner is
 // a limit.Granter the result is one too, with a GrantSpan for each
@@ -59,7 +51,7 @@ func Store(inner limit.Store, tp trace.TracerProvider) limit.Store {
 	if tp == nil {
 		return inner
 	}
-	s := &store{inner: inner, tracer: tracer(tp)}
+	s := &store{inner: inner, tracer: tp.Tracer(ScopeName)}
 	if g, ok := inner.(limit.Granter); ok {
 		return &granter{store: s, inner: g}
 	}
@@ -142,7 +134,7 @@ func Handler(h http.Handler, tp trace.TracerProvider, prop propagation.TextMapPr
 	if tp == nil {
 		return h
 	}
-	t, prop := tracer(tp), orTraceContext(prop)
+	t, prop := tp.Tracer(ScopeName), orTraceContext(prop)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := t.Start(ctx, RequestSpan, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
@@ -191,13 +183,11 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // means W3C trace context): the upstream's own spans then join the trace.
 // The request given is not changed; a copy with the headers goes to rt.
 func Transport(rt http.RoundTripper, tp trace.TracerProvider, prop propagation.TextMapPropagator) http.RoundTripper {
-	if rt == nil {
-		rt = http.DefaultTransport
-	}
+	rt = cmp.Or(rt, http.DefaultTransport)
 	if tp == nil {
 		return rt
 	}
-	return &transport{rt: rt, tracer: tracer(tp), prop: orTraceContext(prop)}
+	return &transport{rt: rt, tracer: tp.Tracer(ScopeName), prop: orTraceContext(prop)}
 }
 
 type transport struct {

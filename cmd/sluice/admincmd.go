@@ -68,15 +68,9 @@ func (o adminOptions) client(getenv func(string) string) (*admin.Client, error) 
 	return &admin.Client{BaseURL: o.url, Token: tok}, nil
 }
 
-// subcommand is one verb of a command with verbs, such as override set.
-type subcommand struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-// runVerbs runs the verb args[0] of the command name, or prints the verbs
-// and returns a usageError.
-func runVerbs(ctx context.Context, name string, verbs []subcommand, args []string, stdout, stderr io.Writer) error {
+// runVerbs runs the verb args[0] of the command name, such as override
+// set, or prints the verbs and returns a usageError.
+func runVerbs(ctx context.Context, name string, verbs []command, args []string, stdout, stderr io.Writer) error {
 	usage := func() {
 		fmt.Fprintf(stderr, "usage: sluice %s VERB [flags]\n\nverbs:\n", name)
 		for _, v := range verbs {
@@ -143,8 +137,7 @@ func parseArgs(fs *flag.FlagSet, args []string, names ...string) ([]string, erro
 
 // adminError says what a refusal of the service means for the command.
 func adminError(what string, err error) error {
-	var ae *admin.Error
-	if errors.As(err, &ae) && ae.Field != "" && !strings.Contains(ae.Message, ae.Field) {
+	if ae, ok := errors.AsType[*admin.Error](err); ok && ae.Field != "" && !strings.Contains(ae.Message, ae.Field) {
 		return fmt.Errorf("%s: %w (field %s)", what, err, ae.Field)
 	}
 	return fmt.Errorf("%s: %w", what, err)

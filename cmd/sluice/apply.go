@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/rules"
@@ -82,9 +79,7 @@ func readRulesDocument(file string) (rules.Document, error) {
 	if err != nil {
 		return doc, fmt.Errorf("read rules file: %w", err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil {
+	if err := strictYAML(b, &doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return doc, fmt.Errorf("rules file %s is empty", file)
 		}

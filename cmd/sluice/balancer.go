@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/internal/balancersvc"
@@ -39,20 +35,26 @@ type balancerOptions struct {
 	runFlags
 }
 
+// commaList returns the items of a comma-separated flag, without spaces
+// around them and without empty ones.
+func commaList(s string) []string {
+	var items []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			items = append(items, f)
+		}
+	}
+	return items
+}
+
 // regionsFlag parses a comma-separated list of region names into *p.
 func regionsFlag(p *[]string) func(string) error {
 	return func(s string) error {
-		*p = nil
-		seen := map[string]bool{}
-		for r := range strings.SplitSeq(s, ",") {
-			if r = strings.TrimSpace(r); r == "" {
-				continue
-			}
-			if seen[r] {
+		*p = commaList(s)
+		for i, r := range *p {
+			if slices.Contains((*p)[:i], r) {
 				return fmt.Errorf("region %q is named twice", r)
 			}
-			seen[r] = true
-			*p = append(*p, r)
 		}
 		if len(*p) == 0 {
 			return fmt.Errorf("no region in %q", s)
@@ -64,13 +66,7 @@ func regionsFlag(p *[]string) func(string) error {
 // urlsFlag parses a comma-separated list of URLs into *p.
 func urlsFlag(p *[]string) func(string) error {
 	return func(s string) error {
-		*p = nil
-		for u := range strings.SplitSeq(s, ",") {
-			if u = strings.TrimSpace(u); u != "" {
-				*p = append(*p, u)
-			}
-		}
-		if len(*p) == 0 {
+		if *p = commaList(s); len(*p) == 0 {
 			return fmt.Errorf("no URL in %q", s)
 		}
 		return nil
@@ -112,23 +108,11 @@ func parseBalancerFlags(args []string, stderr io.Writer) (balancerOptions, error
 
 // balancerTokens reads the balancer's --tokens file, if any.
 func balancerTokens(file string) ([]balancersvc.Token, error) {
-	if file == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("--tokens: %w", err)
-	}
-	var ts []balancersvc.Token
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&ts); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("--tokens %s: %w", file, err)
-	}
-	if len(ts) == 0 {
+	ts, err := tokensFile[balancersvc.Token](file)
+	if err == nil && file != "" && len(ts) == 0 {
 		return nil, fmt.Errorf("--tokens %s: no token in it", file)
 	}
-	return ts, nil
+	return ts, err
 }
 
 // runBalancer runs the quota balancer until ctx is done.

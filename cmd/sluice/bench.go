@@ -63,13 +63,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	redisCfg, err := redis.Config(os.Getenv)
-	if err != nil {
+	var err error
+	if pcfg.Redis, err = redis.Config(os.Getenv); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	if *relayRun {
-		return runBenchRelay(ctx, benchRelayOptions{redis: redisCfg.Addrs, local: fo.local, allowRemote: fo.allowRemote,
-			gateways: pcfg.Fleet.Gateways, relays: *relays, rate: *relayRate, workers: *concurrency, duration: *duration}, stdout)
+		return runBenchRelay(ctx, bench.RelayConfig{Addrs: pcfg.Redis.Addrs, Gateways: pcfg.Fleet.Gateways, Relays: *relays, Rate: *relayRate,
+			Workers: *concurrency, Duration: *duration}, fo.local, fo.allowRemote, stdout)
 	}
 	if *fleet {
 		if !(fo.offered > 0) {
@@ -78,7 +78,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *duration <= 0 {
 			return fmt.Errorf("bench: --duration %v: a fleet run must be bounded; want a positive duration", *duration)
 		}
-		pcfg.Redis = redisCfg
 		fo.pipeline, fo.workers, fo.duration = pcfg, *concurrency, *duration
 		fo.command = "sluice bench " + strings.Join(args, " ")
 		return runFleet(ctx, fo, stdout, stderr)
@@ -88,7 +87,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
-		pcfg.Redis = redisCfg
 		pcfg.Fleet.Gateways = cmp.Or(pcfg.Fleet.Gateways, 1) // one process: say so, rather than warn
 		return runOverhead(ctx, overheadOptions{upstream: *upstream, at: rates, concurrency: *concurrency, duration: *duration,
 			maxPairs: *maxOps, keys: *keys, rate: *rate, pipeline: pcfg}, stdout)
@@ -103,7 +101,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		var before map[string]float64
 		if *metricsURL != "" {
-			var err error
 			if before, err = bench.Sources(ctx, client, *metricsURL); err != nil {
 				return fmt.Errorf("bench: --metrics-url: %w", err)
 			}
@@ -124,16 +121,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return firstError(r)
 	}
 	// The production stack, as the gateway builds it.
-	name := "in-process store"
-	if len(redisCfg.Addrs) > 0 {
-		pcfg.Redis = redisCfg
-		addrs := strings.Join(redisCfg.Addrs, ",")
+	if len(pcfg.Redis.Addrs) > 0 {
 		pcfg.Fleet.Gateways = cmp.Or(pcfg.Fleet.Gateways, 1) // one process: say so, rather than warn
-		name = "redis " + addrs + " (leases, guard, store"
-		if pcfg.NoLeases {
-			name = "redis " + addrs + " (guard, store"
-		}
-		name += ")"
 	}
 	p, err := pipeline.New(ctx, pcfg)
 	if err != nil {
@@ -143,7 +132,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rs := p.Redis(); rs != nil && !rs.Connected() {
 		// The stack would start and answer locally; a benchmark of the
 		// local fallback labelled Redis would mislead.
-		return fmt.Errorf("bench: --redis %s: Redis cannot be reached", strings.Join(redisCfg.Addrs, ","))
+		return fmt.Errorf("bench: --redis %s: Redis cannot be reached", strings.Join(pcfg.Redis.Addrs, ","))
 	}
 	limits := []limit.Limit{
 		{Name: "s", Count: *rate, Period: time.Second, Burst: 2 * *rate},
@@ -155,11 +144,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "bare redis store, %d keys, 2 limits each\n  %v\n", *keys, base)
 	}
 	r := bench.Run(ctx, cfg, bench.StoreOp(p, *keys, limits))
-	fmt.Fprintf(stdout, "%s, %d keys, 2 limits each\n  %v\n", name, *keys, r)
+	fmt.Fprintf(stdout, "%s, %d keys, 2 limits each\n  %v\n", stackName(pcfg), *keys, r)
 	if base.Ops > 0 && r.Ops > 0 {
 		fmt.Fprintf(stdout, "throughput ratio against the bare store %.2f\n", r.Throughput()/base.Throughput())
 	}
 	return cmp.Or(firstError(base), firstError(r))
+}
+
+// stackName says what a bench measures: the in-process store, or the
+// stack over Redis and the layers it has.
+func stackName(cfg pipeline.Config) string {
+	if len(cfg.Redis.Addrs) == 0 {
+		return "in-process store"
+	}
+	layers := "leases, guard, store"
+	if cfg.NoLeases {
+		layers = "guard, store"
+	}
+	return "redis " + strings.Join(cfg.Redis.Addrs, ",") + " (" + layers + ")"
 }
 
 func firstError(r bench.Result) error {

@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,10 +36,7 @@ type overheadOptions struct {
 // parseRates reads --at: pair rates a second, comma-separated.
 func parseRates(s string) ([]float64, error) {
 	var out []float64
-	for f := range strings.SplitSeq(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
+	for _, f := range commaList(s) {
 		r, err := strconv.ParseFloat(f, 64)
 		if err != nil || r <= 0 {
 			return nil, fmt.Errorf("--at %q: want positive rates a second, comma-separated", s)
@@ -95,14 +91,7 @@ func runOverhead(ctx context.Context, opts overheadOptions, w io.Writer) error {
 	}
 	defer stopGateway()
 
-	storeName := "in-process store"
-	if rs := store.Redis(); rs != nil {
-		storeName = "redis " + strings.Join(opts.pipeline.Redis.Addrs, ",") + " (leases, guard, store)"
-		if opts.pipeline.NoLeases {
-			storeName = "redis " + strings.Join(opts.pipeline.Redis.Addrs, ",") + " (guard, store)"
-		}
-	}
-	fmt.Fprintf(w, "overhead: GET %s directly and through a gateway in this process counting in %s;\n", upstreamURL, storeName)
+	fmt.Fprintf(w, "overhead: GET %s directly and through a gateway in this process counting in %s;\n", upstreamURL, stackName(opts.pipeline))
 
 	// A kept connection for each worker, so that no request pays for a new
 	// one.

@@ -11,41 +11,31 @@ import (
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
-// benchRelayOptions are sluice bench --relay's settings.
-type benchRelayOptions struct {
-	redis              []string
-	local, allowRemote bool
-	gateways, relays   int
-	rate               float64
-	workers            int
-	duration           time.Duration
-}
-
-// runBenchRelay runs the relay bench and prints both modes side by side.
-func runBenchRelay(ctx context.Context, o benchRelayOptions, stdout io.Writer) error {
-	if o.duration <= 0 || o.duration > 5*time.Minute {
-		return fmt.Errorf("bench: --duration %v: a relay run is bounded; want up to 5m", o.duration)
+// runBenchRelay runs the relay bench over cfg.Addrs, or a redis-server
+// it starts with local, and prints both modes side by side.
+func runBenchRelay(ctx context.Context, cfg bench.RelayConfig, local, allowRemote bool, stdout io.Writer) error {
+	if cfg.Duration <= 0 || cfg.Duration > 5*time.Minute {
+		return fmt.Errorf("bench: --duration %v: a relay run is bounded; want up to 5m", cfg.Duration)
 	}
-	if o.relays < 1 || !(o.rate > 0) {
-		return fmt.Errorf("bench: --relays %d and --relay-rate %v: want at least 1 and a positive rate", o.relays, o.rate)
+	if cfg.Relays < 1 || !(cfg.Rate > 0) {
+		return fmt.Errorf("bench: --relays %d and --relay-rate %v: want at least 1 and a positive rate", cfg.Relays, cfg.Rate)
 	}
-	addrs := o.redis
 	switch {
-	case o.local:
+	case local:
 		s, stop, err := redistest.NewStandalone()
 		if err != nil {
 			return fmt.Errorf("bench: --local: %w", err)
 		}
 		defer stop()
-		addrs = []string{s.Addr()}
-	case len(addrs) == 0:
+		cfg.Addrs = []string{s.Addr()}
+	case len(cfg.Addrs) == 0:
 		return fmt.Errorf("bench: --relay needs --local or --redis")
-	case !o.allowRemote:
-		if err := bench.Loopback(addrs); err != nil {
+	case !allowRemote:
+		if err := bench.Loopback(cfg.Addrs); err != nil {
 			return err
 		}
 	}
-	res, err := bench.RelayScale(ctx, bench.RelayConfig{Addrs: addrs, Gateways: o.gateways, Relays: o.relays, Rate: o.rate, Workers: o.workers, Duration: o.duration})
+	res, err := bench.RelayScale(ctx, cfg)
 	if err != nil {
 		return err
 	}

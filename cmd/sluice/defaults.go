@@ -15,5 +15,4 @@ var defaultRules []byte
 const (
 	defaultListen          = "127.0.0.1:8080"
 	defaultShutdownTimeout = 30 * time.Second
-	defaultRulesName       = "built-in rules"
 )

@@ -6,15 +6,11 @@ import (
 	"strings"
 )
 
-// envPrefix begins the name of the environment variable that stands for
-// each flag: --redis-timeout is also $SLUICE_REDIS_TIMEOUT.
-const envPrefix = "SLUICE_"
-
 // envName returns the environment variable that stands for the flag
 // called name: SLUICE_, then the name in upper case with its dashes as
-// underscores.
+// underscores (--redis-timeout is also $SLUICE_REDIS_TIMEOUT).
 func envName(name string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // envRule returns the lines of a command's usage that say how its flags

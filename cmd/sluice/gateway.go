@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"os"
-	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/guard"
@@ -20,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
+	"github.com/sluice-rl/sluice/tracing"
 )
 
 // gatewayOptions are the gateway's command-line flags.
@@ -63,10 +66,7 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "`address` to serve /metrics, /healthz and /readyz on; empty serves no metrics")
 	fs.Func("trusted-proxy", "`CIDR`s, comma-separated, of proxies whose X-Forwarded-For is believed", func(s string) error {
 		opts.TrustedProxies = nil
-		for c := range strings.SplitSeq(s, ",") {
-			if c = strings.TrimSpace(c); c == "" {
-				continue
-			}
+		for _, c := range commaList(s) {
 			p, err := netip.ParsePrefix(c)
 			if err != nil {
 				a, aerr := netip.ParseAddr(c)
@@ -87,13 +87,13 @@ func parseGatewayFlags(args []string, stderr io.Writer) (gatewayOptions, error) 
 	addPipelineFlags(fs, &opts.Pipeline)
 	addRelayFlag(fs, &opts.Pipeline.Relay)
 	registerShareFlags(fs, &opts.Shares)
-	if err := parseFlags(fs, args); err != nil {
+	err := parseFlags(fs, args)
+	if err != nil {
 		return opts, err
 	}
 	if opts.Pipeline.Inflight.Timeout < 0 {
 		return opts, usagef(fs, "--concurrency-slot-timeout %v: must not be negative", opts.Pipeline.Inflight.Timeout)
 	}
-	var err error
 	opts.Redis, err = redis.Config(os.Getenv)
 	return opts, err
 }
@@ -152,7 +152,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// requests that outlive even that keep it open, since the process is
 	// about to exit anyway.
 	var handlers process.Inflight
-	tracer, stopTracing, err := startGatewayTracing(ctx, logger)
+	tp, stopTracing, err := startGatewayTracing(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	storeInUse := false
 	pcfg := opts.Pipeline
 	pcfg.Redis, pcfg.Logger, pcfg.Registerer = opts.Redis, logger, reg
-	pcfg.Redis.Wrap = tracer.redis
+	pcfg.Redis.Wrap = func(c rueidis.Client) rueidis.Client { return tracing.Redis(c, tp) }
 	pcfg.Fleet.Count = fleetSize(src, regionOf(opts))
 	if err := relayWiring(&pcfg.Relay, gatewayName(opts), len(opts.Redis.Addrs) > 0); err != nil {
 		return err
@@ -206,7 +206,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	lim, err := gateway.New(gateway.Config{
-		Store: tracer.store(store), Rules: src, TrustedProxies: opts.TrustedProxies, UnknownKeysAsAddress: opts.UnknownKeys,
+		Store: tracing.Store(store, tp), Rules: src, TrustedProxies: opts.TrustedProxies, UnknownKeysAsAddress: opts.UnknownKeys,
 		Logger: logger, Registerer: reg, Timeout: opts.StoreTimeout, OnDecision: onDecision, Settle: store,
 	})
 	if err != nil {
@@ -214,7 +214,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	health := gateway.Health(src)
 	ready := process.Ready(store.Down)
-	limited := tracer.limited(lim.Middleware, next)
+	// next's upstream calls pass the request's trace on in traceparent.
+	if p, ok := next.(*httputil.ReverseProxy); ok {
+		p.Transport = tracing.Transport(p.Transport, tp, nil)
+	}
+	limited := tracing.Handler(lim.Middleware(next), tp, nil)
 	api := handlers.Track(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Not a ServeMux: it would redirect unclean paths the upstream
 		// should see as they are.
@@ -255,10 +259,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		eps = append(eps, process.Endpoint{Server: process.NewServer(mux, logger), Listener: mln})
 		fmt.Fprintf(stdout, "sluice gateway: metrics on http://%s/metrics\n", mln.Addr())
 	}
-	upstream := opts.Upstream
-	if upstream == "" {
-		upstream = "built-in answer"
-	}
+	upstream := cmp.Or(opts.Upstream, "built-in answer")
 	fmt.Fprintf(stdout, "sluice gateway: listening on http://%s (upstream: %s)\n", ln.Addr(), upstream)
 	logger.LogAttrs(ctx, slog.LevelInfo, "gateway listening", slog.String("addr", ln.Addr().String()),
 		slog.String("upstream", upstream), slog.Int("redis_addrs", len(opts.Redis.Addrs)))

@@ -1,21 +1,8 @@
-// Command sluice runs the sluice rate limiter.
-//
-// Usage:
-//
-//	sluice gateway [flags]   run the rate-limiting gateway
-//	sluice rules [flags]     run the rules service
-//	sluice rules apply -f FILE  apply a rules file to a running rules service
-//	sluice rls [flags]       serve Envoy's rate limit service
-//	sluice balancer [flags]  run the quota balancer between regions
-//	sluice relay [flags]     run a data centre's lease relay
-//	sluice bench [flags]     measure decision latency and throughput
-//	sluice check FILE        validate a rules file or an Envoy configuration
-//	sluice plan [flags]      size a deployment from traffic figures
-//	sluice override VERB     set, list or end emergency overrides
-//	sluice rollout VERB      show, promote or halt a rollout
-//	sluice version           print the version (also sluice --version)
-//
-// Run "sluice COMMAND -h" for a command's flags.
+// Command sluice runs the sluice rate limiter: the gateway, the rules
+// service, Envoy's rate limit service, the quota balancer, lease relays,
+// and the tools around them. "sluice help" lists the commands (from
+// commands, so the list cannot drift from the code), and
+// "sluice COMMAND -h" prints a command's flags.
 package main
 
 import (
@@ -84,11 +71,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		err := c.run(ctx, args[1:], stdout, stderr)
-		var ue usageError
-		switch {
+		switch _, isUsage := errors.AsType[usageError](err); {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
-		case errors.As(err, &ue):
+		case isUsage:
 			// The flag package has already printed the problem and usage.
 			return 2
 		}

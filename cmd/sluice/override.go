@@ -17,7 +17,7 @@ import (
 
 // runOverride runs sluice override set, list or end.
 func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runVerbs(ctx, "override", []subcommand{
+	return runVerbs(ctx, "override", []command{
 		{"set", "set an API key's emergency override (every gateway at once)", runOverrideSet},
 		{"list", "list the emergency overrides", runOverrideList},
 		{"end", "end an API key's emergency override", runOverrideEnd},

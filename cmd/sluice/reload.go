@@ -12,27 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/internal/process"
-	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/rules"
 )
-
-// logHangups logs msg at each SIGHUP until stop is called, for a part of a
-// command that has nothing to reload: whoever sent it sees it was received.
-func logHangups(ctx context.Context, logger *slog.Logger, msg string) (stop func()) {
-	return process.OnHangup(ctx, func() { logger.Info(msg) })
-}
-
-// reloadRLS rereads the rls configuration after a SIGHUP; its Watcher also
-// polls the files every --reload-every.
-func reloadRLS(w *rls.Watcher, logger *slog.Logger) {
-	changed, err := w.Reload()
-	if err != nil {
-		logger.Error("SIGHUP: rls config not reloaded; keeping the rules in force", "error", err)
-		return
-	}
-	logger.Info("SIGHUP: rls config reread", "changed", changed)
-}
 
 // rulesFileEvery is how often a --rules file is checked for changes.
 const rulesFileEvery = time.Second
@@ -101,33 +82,29 @@ func (f *fileRules) reload(force bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, err := os.ReadFile(f.path)
+	var set *rules.Set
+	if err == nil {
+		sum := sha256.Sum256(b)
+		if sum == f.sum && !force {
+			return
+		}
+		f.sum = sum // a bad file is reported once, not on every poll
+		set, err = rules.Parse(f.path, b)
+	}
 	if err != nil {
 		f.reloads.WithLabelValues("invalid").Inc()
 		f.log.Error("rules file not reloaded; keeping the rules in force", "file", f.path, "err", err,
 			"hash", f.cur.Load().Hash)
 		return
 	}
-	sum := sha256.Sum256(b)
-	if sum == f.sum && !force {
-		return
-	}
-	f.sum = sum // a bad file is reported once, not on every poll
-	set, err := rules.Parse(f.path, b)
-	if err != nil {
-		f.reloads.WithLabelValues("invalid").Inc()
-		f.log.Error("rules file not reloaded; keeping the rules in force", "file", f.path, "err", err,
-			"hash", f.cur.Load().Hash)
-		return
-	}
-	if old := f.cur.Load(); old.Hash == set.Hash {
+	f.lastSuccess.SetToCurrentTime()
+	if f.cur.Load().Hash == set.Hash {
 		f.reloads.WithLabelValues("unchanged").Inc()
-		f.lastSuccess.SetToCurrentTime()
 		f.log.Info("rules file reloaded; the rules are unchanged", "file", f.path, "hash", set.Hash)
 		return
 	}
 	f.cur.Store(set)
 	f.reloads.WithLabelValues("ok").Inc()
-	f.lastSuccess.SetToCurrentTime()
 	f.log.Info("rules file reloaded", "file", f.path, "hash", set.Hash, "rules", len(set.Document().Rules))
 }
 

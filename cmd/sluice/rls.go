@@ -38,11 +38,9 @@ type rlsOptions struct {
 	Pipeline pipeline.Config // the decision stack, but Redis addresses, logger and metrics
 }
 
-// defaultRLSListen is the port envoyproxy/ratelimit serves gRPC on.
-const defaultRLSListen = "127.0.0.1:8081"
-
 func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
-	opts := rlsOptions{Listen: defaultRLSListen, ReloadEvery: time.Second}
+	// 8081 is the port envoyproxy/ratelimit serves gRPC on.
+	opts := rlsOptions{Listen: "127.0.0.1:8081", ReloadEvery: time.Second}
 	fs := newFlagSet("rls", "--config DIR|FILE [flags]", stderr,
 		"Serves Envoy's rate limit service (envoy.service.ratelimit.v3) from",
 		"envoyproxy/ratelimit's YAML configuration. See docs/envoy.md.",
@@ -59,11 +57,11 @@ func parseRLSFlags(args []string, stderr io.Writer) (rlsOptions, error) {
 	addRunFlags(fs, &opts.runFlags, defaultShutdownTimeout, "--http-listen")
 	addPipelineFlags(fs, &opts.Pipeline)
 	fs.Lookup("gateways").Usage = "`number` of rls instances sharing these limits (in this region), for leases and the local fallback; 0 means 1, with a warning"
-	if err := parseFlags(fs, args); err != nil {
-		return opts, err
+	err := parseFlags(fs, args)
+	if err == nil {
+		opts.Redis, err = redis.Config(os.Getenv)
 	}
-	var err error
-	if opts.Redis, err = redis.Config(os.Getenv); err != nil {
+	if err != nil {
 		return opts, err
 	}
 	if opts.Config == "" {
@@ -151,7 +149,14 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer cancel()
 	wg.Go(func() { followReadiness(ctx, health, store.Down, readinessEvery, logger) })
 	wg.Go(func() { watcher.Run(ctx, opts.ReloadEvery) })
-	defer process.OnHangup(ctx, func() { reloadRLS(watcher, logger) })()
+	// SIGHUP rereads the configuration at once; the watcher also polls it.
+	defer process.OnHangup(ctx, func() {
+		if changed, err := watcher.Reload(); err != nil {
+			logger.Error("SIGHUP: rls config not reloaded; keeping the rules in force", "error", err)
+		} else {
+			logger.Info("SIGHUP: rls config reread", "changed", changed)
+		}
+	})()
 	logger.Info("rls listening", "grpc", ln.Addr().String(), "http", httpAddr, "redis_addrs", len(opts.Redis.Addrs), "domains", watcher.Current().Domains())
 
 	err = process.Run(ctx, opts.ShutdownTimeout, logger, eps...)

@@ -15,7 +15,7 @@ import (
 
 // runRollout runs sluice rollout status, promote or halt.
 func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runVerbs(ctx, "rollout", []subcommand{
+	return runVerbs(ctx, "rollout", []command{
 		{"status", "show the stable version, the running canary and the newest rollouts", runRolloutStatus},
 		{"promote", "promote the running canary to every gateway now", runRolloutDecide("promote")},
 		{"halt", "halt the running canary: its gateways go back to the stable version", runRolloutDecide("halt")},

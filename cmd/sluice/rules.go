@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,27 +81,18 @@ func parseRulesFlags(args []string, stderr io.Writer) (rulesOptions, error) {
 	redis := addRedisFlags(fs)
 	addRunFlags(fs, &o.runFlags, 10*time.Second, "--listen")
 	fs.StringVar(&o.balancerURL, "balancer-url", "", "base `URL` of the quota balancer, read by explain?region= for a key's region shares; its operator token (one without a region) comes from $"+envBalancerToken)
-	if err := parseFlags(fs, args); err != nil {
-		return o, err
+	err := parseFlags(fs, args)
+	if err == nil {
+		o.redis, err = redis.Config(os.Getenv)
 	}
-	var err error
-	o.redis, err = redis.Config(os.Getenv)
 	return o, err
 }
 
 // rulesTokens reads the tokens file and the environment.
 func rulesTokens(file string) ([]rulesvc.Token, error) {
-	var ts []rulesvc.Token
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("--tokens: %w", err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&ts); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("--tokens %s: %w", file, err)
-		}
+	ts, err := tokensFile[rulesvc.Token](file)
+	if err != nil {
+		return nil, err
 	}
 	for _, e := range []struct {
 		env  string
@@ -111,6 +103,31 @@ func rulesTokens(file string) ([]rulesvc.Token, error) {
 		}
 	}
 	return ts, nil
+}
+
+// tokensFile reads a --tokens file, a YAML list of T (the rules service's
+// or the balancer's tokens); no file, or an empty one, holds none.
+func tokensFile[T any](file string) ([]T, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--tokens: %w", err)
+	}
+	var ts []T
+	if err := strictYAML(b, &ts); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("--tokens %s: %w", file, err)
+	}
+	return ts, nil
+}
+
+// strictYAML decodes the YAML document b into v, refusing fields v does
+// not have, so that a misspelt setting is an error rather than ignored.
+func strictYAML(b []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	return dec.Decode(v)
 }
 
 // runRules runs the rules service until ctx is done, then shuts it down.
@@ -131,11 +148,7 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	o.cfg.Registerer, o.cfg.Logger = reg, logger
-	roles := map[rulesvc.Role]bool{}
-	for _, t := range o.cfg.Tokens {
-		roles[t.Role] = true
-	}
-	if !roles[rulesvc.RoleWrite] {
+	if !slices.ContainsFunc(o.cfg.Tokens, func(t rulesvc.Token) bool { return t.Role == rulesvc.RoleWrite }) {
 		logger.Warn("no write token configured: every change will be refused; see --tokens")
 	}
 

@@ -39,7 +39,10 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 		if err != nil {
 			return nil, nil, err
 		}
-		stopLog := logHangups(ctx, logger, "SIGHUP: rules come from the rules service, which pushes every change; nothing to reload")
+		// Nothing to reload; the log shows whoever sent SIGHUP that it was received.
+		stopLog := process.OnHangup(ctx, func() {
+			logger.Info("SIGHUP: rules come from the rules service, which pushes every change; nothing to reload")
+		})
 		return c, func() { stopLog(); stop() }, nil
 	case opts.RulesCache != "":
 		return nil, nil, errors.New("--rules-cache needs --rules-url")
@@ -53,12 +56,12 @@ func newRuleSource(ctx context.Context, opts gatewayOptions, logger *slog.Logger
 		hangup := process.Hangups(ctx)
 		return f, process.Go(func(ctx context.Context) { f.run(ctx, hangup) }), nil
 	}
-	set, err := rules.Parse(defaultRulesName, defaultRules)
+	set, err := rules.Parse("built-in rules", defaultRules)
 	if err != nil {
 		return nil, nil, err
 	}
 	logger.LogAttrs(ctx, slog.LevelInfo, "using the built-in demo rules; pass --rules FILE for your own", slog.String("hash", set.Hash))
-	return gateway.StaticRules(set), logHangups(ctx, logger, "SIGHUP: the built-in demo rules have no file to reload"), nil
+	return gateway.StaticRules(set), process.OnHangup(ctx, func() { logger.Info("SIGHUP: the built-in demo rules have no file to reload") }), nil
 }
 
 // newServiceRules follows the rules service at opts.RulesURL until the
@@ -79,14 +82,12 @@ func newServiceRules(ctx context.Context, opts gatewayOptions, logger *slog.Logg
 		return nil, nil, fmt.Errorf("--rules-url: %w", err)
 	}
 	stop := process.Go(func(ctx context.Context) { c.Run(ctx) })
-	timer := time.NewTimer(rulesStartTimeout)
-	defer timer.Stop()
 	select {
 	case <-c.Ready():
 		logger.LogAttrs(ctx, slog.LevelInfo, "following the rules service", slog.String("url", opts.RulesURL),
 			slog.String("gateway", id), slog.Int64("version", c.Current().Version))
 		return c, stop, nil
-	case <-timer.C:
+	case <-time.After(rulesStartTimeout):
 	case <-ctx.Done():
 	}
 	stop()
@@ -117,11 +118,8 @@ func ruleSourceHooks(src gateway.RuleSource, reg prometheus.Registerer) (func(ga
 	if err := c.Register(reg); err != nil {
 		return nil, err
 	}
-	return func(e gateway.Event) { c.Observe(outcome(e)) }, nil
-}
-
-// outcome is the rules service's account of a gateway's store call, e.
-func outcome(e gateway.Event) rulesync.Outcome {
-	return rulesync.Outcome{Version: e.RulesVersion, Key: e.Key, Shadow: e.Shadow, Limits: e.Limits, Rules: e.Rules,
-		Decision: e.Decision, Err: e.Err}
+	return func(e gateway.Event) {
+		c.Observe(rulesync.Outcome{Version: e.RulesVersion, Key: e.Key, Shadow: e.Shadow, Limits: e.Limits, Rules: e.Rules,
+			Decision: e.Decision, Err: e.Err})
+	}, nil
 }

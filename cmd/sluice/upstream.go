@@ -35,22 +35,6 @@ func addUpstreamFlags(fs *flag.FlagSet, f *upstreamFlags) {
 	fs.StringVar(&f.tls.ServerName, "upstream-tls-server-name", "", "`name` the upstream's certificate must hold; empty means the --upstream host")
 }
 
-// upstream returns the gateway.Upstream the flags describe: a flag's 0,
-// "no bound", is the Upstream's negative duration.
-func (f *upstreamFlags) upstream() gateway.Upstream {
-	none := func(d time.Duration) time.Duration {
-		if d == 0 {
-			return -1
-		}
-		return d
-	}
-	return gateway.Upstream{
-		IdleConns: f.idleConns, MaxConns: f.maxConns,
-		DialTimeout: none(f.dial), TLSTimeout: none(f.tlsHandshake), ResponseTimeout: none(f.response), IdleTimeout: none(f.idle),
-		TLS: f.tls,
-	}
-}
-
 // upstreamHandler returns what answers allowed requests: the reverse proxy
 // to the --upstream URL raw over the transport f describes, or without one
 // the built-in answer. Errors name the flag at fault.
@@ -76,7 +60,15 @@ func upstreamHandler(raw string, f *upstreamFlags, logger *slog.Logger) (http.Ha
 	case f.dial < 0 || f.tlsHandshake < 0 || f.response < 0 || f.idle < 0:
 		return nil, errors.New("--upstream-*-timeout: want 0 (no bound) or a positive duration")
 	}
-	tr, err := f.upstream().Transport()
+	// A flag's 0, "no bound", is the Upstream's negative duration.
+	none := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return -1
+		}
+		return d
+	}
+	tr, err := gateway.Upstream{IdleConns: f.idleConns, MaxConns: f.maxConns, DialTimeout: none(f.dial), TLSTimeout: none(f.tlsHandshake),
+		ResponseTimeout: none(f.response), IdleTimeout: none(f.idle), TLS: f.tls}.Transport()
 	if err != nil {
 		return nil, fmt.Errorf("--upstream-tls-*: %w", err)
 	}

@@ -77,11 +77,9 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 // or an alert can tell which build each process runs.
 func buildInfoCollector() prometheus.Collector {
 	b := buildVersion()
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "sluice_build_info",
 		Help:        "Always 1; the labels say which build of sluice this process runs.",
 		ConstLabels: prometheus.Labels{"version": b.Version, "goversion": b.GoVersion, "revision": b.Revision},
-	})
-	g.Set(1)
-	return g
+	}, func() float64 { return 1 })
 }

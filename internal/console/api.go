@@ -1,10 +1,9 @@
 package console
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"net/http"
+	"net/http/httptest"
 
 	"github.com/sluice-rl/sluice/admin"
 )
@@ -21,47 +20,24 @@ func (a *apiClient) client(s *session) *admin.Client {
 	return &admin.Client{BaseURL: base, Token: s.secret, HTTPClient: &http.Client{Transport: a}}
 }
 
-// RoundTrip serves req with the API's handler.
+// RoundTrip serves req with the API's handler. httptest's recorder is
+// the ResponseWriter: it keeps the answer as a server would send it.
 func (a *apiClient) RoundTrip(req *http.Request) (*http.Response, error) {
-	rec := &recorder{header: http.Header{}}
+	rec := httptest.NewRecorder()
 	a.h.ServeHTTP(rec, req)
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
 	if req.Body != nil {
 		req.Body.Close()
 	}
-	return &http.Response{StatusCode: rec.status, Status: http.StatusText(rec.status), Header: rec.header,
-		Body: io.NopCloser(&rec.body), ContentLength: int64(rec.body.Len()), Request: req,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
-}
-
-// recorder is the http.ResponseWriter of an in-process call.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return r.body.Write(b)
+	resp := rec.Result()
+	resp.Request = req
+	return resp, nil
 }
 
 // fail renders err as the error page, with the status the API answered
 // (403 for a read token's write, 400 for a bad field) or 500.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, back string, err error) {
 	ev := errorView{Status: http.StatusInternalServerError, Message: err.Error(), Back: back}
-	var ae *admin.Error
-	if errors.As(err, &ae) {
+	if ae, ok := errors.AsType[*admin.Error](err); ok {
 		ev.Status, ev.Message, ev.Field = ae.Status, ae.Message, ae.Field
 	}
 	if ev.Status == http.StatusUnauthorized && s != nil {

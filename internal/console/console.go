@@ -154,12 +154,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/login", c.loginPage)
 	m.HandleFunc("POST "+Prefix+"/login", c.login)
 	m.HandleFunc("POST "+Prefix+"/logout", c.form(c.logout))
-	m.HandleFunc("GET "+Prefix+"/{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, Prefix+"/rules", http.StatusSeeOther)
-	})
-	m.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, Prefix+"/rules", http.StatusSeeOther)
-	})
+	m.Handle("GET "+Prefix+"/{$}", http.RedirectHandler(Prefix+"/rules", http.StatusSeeOther))
+	m.Handle("GET "+Prefix, http.RedirectHandler(Prefix+"/rules", http.StatusSeeOther))
 	m.HandleFunc("GET "+Prefix+"/rules", c.read(c.rulesPage))
 	m.HandleFunc("GET "+Prefix+"/rollout", c.read(c.rolloutPage))
 	m.HandleFunc("POST "+Prefix+"/rollout/{how}", c.form(c.decide))

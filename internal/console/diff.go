@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -39,39 +40,26 @@ func (c *Console) diffVersions(r *http.Request, from, to int64) ([]docChange, er
 // diffDocuments lists what changed from a to b: rules by ID, keys and
 // endpoints by name, in that order, each sorted.
 func diffDocuments(a, b rules.Document) []docChange {
-	ruleMap := func(rs []rules.Rule) map[string]any {
-		m := map[string]any{}
-		for _, r := range rs {
-			m[strconv.FormatInt(r.ID, 10)] = r
-		}
-		return m
+	ruleID := func(r rules.Rule) string { return strconv.FormatInt(r.ID, 10) }
+	endpointName := func(e rules.Endpoint) string { return e.Name }
+	out := diffMaps("rule", byName(a.Rules, ruleID), byName(b.Rules, ruleID))
+	out = append(out, diffMaps("key", a.Keys, b.Keys)...)
+	return append(out, diffMaps("endpoint", byName(a.Endpoints, endpointName), byName(b.Endpoints, endpointName))...)
+}
+
+// byName indexes entries by the name name gives each.
+func byName[T any](entries []T, name func(T) string) map[string]T {
+	m := make(map[string]T, len(entries))
+	for _, e := range entries {
+		m[name(e)] = e
 	}
-	keyMap := func(ks map[string]rules.KeyInfo) map[string]any {
-		m := map[string]any{}
-		for k, v := range ks {
-			m[k] = v
-		}
-		return m
-	}
-	endpointMap := func(es []rules.Endpoint) map[string]any {
-		m := map[string]any{}
-		for _, e := range es {
-			m[e.Name] = e
-		}
-		return m
-	}
-	out := diffMaps("rule", ruleMap(a.Rules), ruleMap(b.Rules))
-	out = append(out, diffMaps("key", keyMap(a.Keys), keyMap(b.Keys))...)
-	return append(out, diffMaps("endpoint", endpointMap(a.Endpoints), endpointMap(b.Endpoints))...)
+	return m
 }
 
 // diffMaps compares two sets of entries by name; names that are numbers
 // (rule IDs) sort as numbers.
-func diffMaps(kind string, a, b map[string]any) []docChange {
-	var names []string
-	for n := range a {
-		names = append(names, n)
-	}
+func diffMaps[T any](kind string, a, b map[string]T) []docChange {
+	names := slices.Collect(maps.Keys(a))
 	for n := range b {
 		if _, ok := a[n]; !ok {
 			names = append(names, n)

@@ -42,11 +42,9 @@ func (f *Inflight) Wait(d time.Duration) int {
 	idle := f.idle
 	f.mu.Unlock()
 	if idle != nil {
-		t := time.NewTimer(d)
-		defer t.Stop()
 		select {
 		case <-idle:
-		case <-t.C:
+		case <-time.After(d):
 		}
 	}
 	f.mu.Lock()

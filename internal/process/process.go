@@ -97,20 +97,14 @@ func Go(f func(ctx context.Context)) (stop func()) {
 // each calls f for every value c receives, in a goroutine of its own,
 // until stop is called; stop returns once f no longer runs.
 func each[T any](c <-chan T, f func()) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	return Go(func(ctx context.Context) {
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-c:
 				f()
 			}
 		}
 	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
 }
