@@ -194,19 +194,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // TakeAt is Take at an explicit time in Unix milliseconds, for callers that
 // keep their own clock. req must be valid.
 func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
-	sh := s.keys.Of(req.Key)
-	sh.Lock()
-	defer sh.Unlock()
-	cost := req.EffectiveCost()
-	var stack [8]limit.Result
-	rs := results(stack[:0], req)
-	counts := chargeOwed(sh, now, req)
-	d := take(sh, now, req, cost, false, rs)
-	if counts && !d.Allowed {
-		chargeRefusal(sh, now, req, &d, rs)
-	}
-	takeShadow(sh, now, req, &d, rs)
-	d.Results = limit.NewResults(rs)
+	_, d := s.TakeUpToAt(now, req, req.EffectiveCost())
 	return d
 }
 
@@ -254,10 +242,7 @@ func sweepIfDue(sh *stripe, now int64) {
 func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool, rs []limit.Result) limit.Decision {
 	var buf [4]limit.Outcome
 	outs := buf[:0]
-	e := sh.M[req.Key]
-	if e != nil && e.expires <= now {
-		e.slots, e.byName = e.slots[:0], nil
-	}
+	e := live(sh, now, req.Key)
 	if e != nil && len(e.slots) >= max(e.compactAt, manySlots) {
 		e.compact(now)
 	}
@@ -301,26 +286,40 @@ func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool, rs
 			if l.Shadow != shadow {
 				continue
 			}
-			o := &outs[i]
-			exp := now + o.TTL
-			if idx[i] < 0 {
-				e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
-				idx[i] = len(e.slots) - 1
-				if e.byName != nil {
-					e.byName[l.Name] = idx[i]
-				}
-			}
-			sl := &e.slots[idx[i]]
-			sl.state, sl.expires = o.Next, exp
-			if sl.lim != *l {
-				sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
-				sl.capacity = sl.burst * sl.p
-			}
-			e.expires = max(e.expires, exp)
+			e.write(l, idx[i], outs[i].Next, now+outs[i].TTL)
 		}
 	}
 	sweepIfDue(sh, now)
 	return d
+}
+
+// live returns key's entry, emptied when every state in it has expired,
+// or nil. The caller holds sh's lock.
+func live(sh *stripe, now int64, key string) *entry {
+	e := sh.M[key]
+	if e != nil && e.expires <= now {
+		e.slots, e.byName = e.slots[:0], nil
+	}
+	return e
+}
+
+// write stores state, kept until expires (Unix ms), in l's slot at (-1: a
+// new slot), and keeps l's constants there for takeKnown.
+func (e *entry) write(l *limit.Limit, at int, state limit.State, expires int64) {
+	if at < 0 {
+		e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
+		at = len(e.slots) - 1
+		if e.byName != nil {
+			e.byName[l.Name] = at
+		}
+	}
+	sl := &e.slots[at]
+	sl.state, sl.expires = state, expires
+	if sl.lim != *l {
+		sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
+		sl.capacity = sl.burst * sl.p
+	}
+	e.expires = max(e.expires, expires)
 }
 
 // find returns the index of l's slot, or -1.

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
@@ -53,18 +54,11 @@ type Settled struct {
 // enforced returns ls without its shadow limits, sharing ls's memory when
 // it has none.
 func enforced(ls []limit.Limit) []limit.Limit {
-	for i := range ls {
-		if ls[i].Shadow {
-			out := make([]limit.Limit, 0, len(ls))
-			for j := range ls {
-				if !ls[j].Shadow {
-					out = append(out, ls[j])
-				}
-			}
-			return out
-		}
+	shadow := func(l limit.Limit) bool { return l.Shadow }
+	if !slices.ContainsFunc(ls, shadow) {
+		return ls
 	}
-	return ls
+	return slices.DeleteFunc(slices.Clone(ls), shadow)
 }
 
 // charge takes delta more tokens at now, whatever they hold, from req's
@@ -74,10 +68,7 @@ func enforced(ls []limit.Limit) []limit.Limit {
 // of and, for limit idx (-1 for none), the ms until a take of req's cost
 // fits afterwards.
 func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals bool, retries []int64) (debt int64) {
-	e := sh.M[req.Key]
-	if e != nil && e.expires <= now {
-		e.slots, e.byName = e.slots[:0], nil
-	}
+	e := live(sh, now, req.Key)
 	if e == nil {
 		e = &entry{}
 		sh.M[req.Key] = e
@@ -100,20 +91,7 @@ func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals boo
 		if ttl == 0 {
 			continue // a full window: nothing to write
 		}
-		if at < 0 {
-			e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
-			at = len(e.slots) - 1
-			if e.byName != nil {
-				e.byName[l.Name] = at
-			}
-		}
-		sl := &e.slots[at]
-		sl.state, sl.expires = next, now+ttl
-		if sl.lim != *l {
-			sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
-			sl.capacity = sl.burst * sl.p
-		}
-		e.expires = max(e.expires, sl.expires)
+		e.write(l, at, next, now+ttl)
 	}
 	return debt
 }
@@ -231,7 +209,7 @@ func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.St
 	// and one of debt. Capped, cost × period stays exact.
 	cost = min(cost, 2*l.EffectiveBurst())
 	if l.Alg() == limit.GCRA {
-		perMs, perToken := units(l)
+		perMs, perToken := l.Unit(), tokenUnits(l)
 		at := now * perMs
 		tat := at
 		if s.Exists && s.A > at {
