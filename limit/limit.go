@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unsafe"
@@ -185,7 +186,7 @@ func (l *Limit) Validate() error {
 			return fmt.Errorf("limit %q: name may hold only printable ASCII without spaces, braces or colons", l.Name)
 		}
 	}
-	if !l.Alg().Known() || !implemented(l.Alg()) {
+	if !l.Alg().Known() {
 		return fmt.Errorf("limit %q: unknown algorithm %q (want one of %v)", l.Name, l.Algorithm, Algorithms)
 	}
 	p := l.PeriodMillis()
@@ -225,15 +226,9 @@ func (l *Limit) Validate() error {
 	return nil
 }
 
-// Known reports whether a names an algorithm sluice implements.
-func (a Algorithm) Known() bool {
-	for _, k := range Algorithms {
-		if a == k {
-			return true
-		}
-	}
-	return false
-}
+// Known reports whether a names an algorithm sluice implements (Evaluate
+// knows every one of Algorithms).
+func (a Algorithm) Known() bool { return slices.Contains(Algorithms, a) }
 
 // Request asks to take Cost tokens from every limit of one key at once.
 type Request struct {
@@ -296,9 +291,11 @@ func (r *Request) FailClosed() int {
 
 // HasShadow reports whether any of the request's limits is a shadow limit
 // (Limit.Shadow).
-func (r *Request) HasShadow() bool {
-	for i := range r.Limits {
-		if r.Limits[i].Shadow {
+func (r *Request) HasShadow() bool { return hasShadow(r.Limits) }
+
+func hasShadow(ls []Limit) bool {
+	for i := range ls {
+		if ls[i].Shadow {
 			return true
 		}
 	}
