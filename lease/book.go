@@ -39,6 +39,18 @@ type book struct {
 	owed, owedAt int64
 }
 
+// land ends a call to the shared store: it clears the flags the call set
+// (fetch: b.fetching; asking: b.asking, closed to wake its waiters).
+func (b *book) land(fetch bool, asking chan struct{}) {
+	if fetch {
+		b.fetching = false
+	}
+	if asking != nil {
+		close(asking)
+		b.asking = nil
+	}
+}
+
 // maxOwed bounds book.owed: stores charge at most two bursts of it, and
 // the bound keeps the sum from overflowing.
 const maxOwed = 1 << 40

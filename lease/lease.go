@@ -148,12 +148,12 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 		ttl:       cmp.Or(cfg.TTL, time.Second).Milliseconds(),
 		idle:      cmp.Or(cfg.Idle, 5*time.Second).Milliseconds(),
 		now:       cfg.Now, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		shards: striped.New[string, *entry](shardCount),
-		demand: make([]slot, demandSlots),
+		waitFill: cfg.WaitForRefill,
+		shards:   striped.New[string, *entry](shardCount),
+		demand:   make([]slot, demandSlots),
 	}
 	s.window = s.lookahead.Milliseconds()
 	s.leaser, _ = inner.(Leaser)
-	s.waitFill = cfg.WaitForRefill
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -420,13 +420,7 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := &e.b
-	if m.fetch {
-		b.fetching = false
-	}
-	if m.asking != nil {
-		close(m.asking)
-		b.asking = nil
-	}
+	b.land(m.fetch, m.asking)
 	if a == nil || a.err != nil {
 		// The refusals the call was to charge wait for the next one.
 		b.putBack(m.owed)
@@ -545,20 +539,11 @@ func shared(src limit.Source) bool {
 // exactly what is owed, and an allowed one leaves 1 owed in the book for
 // the key's next call.
 func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}, owed int64) {
-	// done clears the refill's flags and wakes its waiters (WaitForRefill);
-	// under e.mu.
-	done := func() {
-		e.b.fetching = false
-		if asking != nil {
-			close(asking)
-			e.b.asking = nil
-		}
-	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		e.mu.Lock()
-		done()
+		e.b.land(true, asking)
 		e.b.putBack(owed)
 		e.mu.Unlock()
 		return
@@ -585,7 +570,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		now := s.now().UnixMilli()
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		done()
+		e.b.land(true, asking)
 		switch {
 		case err != nil, !shared(d.Source):
 			// Not charged in the shared store: the owed refusals wait for
