@@ -119,12 +119,11 @@ func chargeOwed(sh *stripe, now int64, req *limit.Request) (counts bool) {
 // again by a limit whose charge outlasted it.
 func chargeRefusal(sh *stripe, now int64, req *limit.Request, d *limit.Decision, rs []limit.Result) {
 	var buf [8]int64
-	retries := buf[:0]
+	retries := buf[:]
 	if len(req.Limits) > len(buf) {
-		retries = make([]int64, 0, len(req.Limits))
+		retries = make([]int64, len(req.Limits))
 	}
 	retries = retries[:len(req.Limits)]
-	clear(retries)
 	charge(sh, now, req, req.EffectiveCost(), true, retries)
 	if d.RetryAfter == limit.Never {
 		return

@@ -162,6 +162,9 @@ func New(inner limit.Store, cfg Config) (*Store, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Second)
 	cfg.MaxTracked = cmp.Or(cfg.MaxTracked, 10000)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	if g, ok := inner.(GiveBacker); ok && cfg.GiveBack == nil {
+		cfg.GiveBack = g
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -200,11 +203,7 @@ func (s *Store) Current() *Table { return s.table.Load() }
 // Age reports how long ago the balancer last set or confirmed the table;
 // before the first table, how long ago the Store was made.
 func (s *Store) Age() time.Duration {
-	c := s.contact.Load()
-	if c == 0 {
-		c = s.born
-	}
-	return s.cfg.Now().Sub(time.Unix(0, c))
+	return s.cfg.Now().Sub(time.Unix(0, cmp.Or(s.contact.Load(), s.born)))
 }
 
 // Stale reports whether the table has gone unconfirmed past Config.Stale,
@@ -308,25 +307,20 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // out: a take of it would have taken nothing. It goes to Config.GiveBack,
 // or the inner store; with neither, it is an error. Usage is not changed.
 func (s *Store) GiveBack(ctx context.Context, req *limit.Request) error {
-	g := s.cfg.GiveBack
-	if g == nil {
-		var ok bool
-		if g, ok = s.inner.(GiveBacker); !ok {
-			return errors.New("share: nothing to give back to: the inner store is not a GiveBacker and Config.GiveBack is nil")
-		}
+	if s.cfg.GiveBack == nil {
+		return errors.New("share: nothing to give back to: the inner store is not a GiveBacker and Config.GiveBack is nil")
 	}
 	v := s.view()
 	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, 0, len(req.Limits))}
 	for i := range req.Limits {
-		l := &req.Limits[i]
-		if sl, ok := s.scaleOne(v, req.Key, l); ok {
+		if sl, ok := s.scaleOne(v, req.Key, &req.Limits[i]); ok {
 			out.Limits = append(out.Limits, sl)
 		}
 	}
 	if len(out.Limits) == 0 {
 		return nil
 	}
-	return g.GiveBack(ctx, out)
+	return s.cfg.GiveBack.GiveBack(ctx, out)
 }
 
 // passable turns the inner store's limit.Never (the cost is above the
