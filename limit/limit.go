@@ -572,27 +572,22 @@ const (
 // request alone fails, under its limits' fail mode.
 var ErrBadReply = errors.New("the store answered with an unusable reply")
 
-// Store takes tokens from the limits of one key atomically. memstore and
-// redisstore implement it, and the layers (lease, guard, share) each take
-// a Store and are one; limittest.Run is the conformance suite every
-// implementation passes. Its contract, for implementations and for layers
-// alike:
+// Store takes tokens from the limits of one key atomically: memstore,
+// redisstore and the layers over them (lease, guard, share);
+// limittest.Run is the conformance suite. Its contract, for
+// implementations and layers alike:
 //
 //   - Requests arrive valid ([Request.Validate]): the top of the stack
 //     checks them once (pipeline.Pipeline.Take; the gateway's and rls's
-//     limits are checked when their rules are compiled), and the layers
-//     and stores below take them as valid without checking again. A store
-//     refuses only what would make it fail or corrupt what it keeps, with
-//     an error matching ErrInvalid: memstore and redisstore refuse a
-//     request without limits or of a negative cost, memstore a zero rate
-//     or period or a sliding log over MaxLogCount, and redisstore's
-//     script, once per distinct limit, a rate, period or burst below 1,
-//     a value too large to count exactly or such a log. Anything else
-//     invalid (a limit named twice, a name with a colon, an unknown
-//     algorithm in memstore) is answered, not refused, and the answer may
-//     be wrong. An embedder that calls a store directly, rather than
-//     through pipeline.Pipeline, calls Request.Validate on each request
-//     it builds (or once on limits it reuses) before the store sees it.
+//     limits when their rules are compiled), and nothing below checks
+//     again. A store refuses, matching ErrInvalid, only what would make it
+//     fail or corrupt what it keeps (memstore.Store.Take says what;
+//     redisstore's script refuses, once per distinct limit, a rate, period
+//     or burst below 1, a value too large to count exactly or a sliding
+//     log over MaxLogCount); other invalid requests (a limit named twice,
+//     a name with a colon) are answered, perhaps wrongly. An embedder that calls a store directly
+//     calls Request.Validate on each request it builds (or once on limits
+//     it reuses).
 //   - Take must not modify req or anything it points to, and must not keep
 //     req, its Limits or any part of them after it returns. A request's
 //     Limits are usually the rules' resolution itself, shared by every

@@ -4,6 +4,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -71,11 +72,7 @@ var _ limit.Store = (*Store)(nil)
 
 // New returns an empty Store.
 func New(cfg Config) *Store {
-	n := cfg.Shards
-	if n <= 0 {
-		n = 64
-	}
-	s := &Store{now: cfg.Now, base: time.Now(), keys: striped.New[string, *entry](n)}
+	s := &Store{now: cfg.Now, base: time.Now(), keys: striped.New[string, *entry](cmp.Or(max(cfg.Shards, 0), 64))}
 	s.baseMs = s.base.UnixMilli()
 	return s
 }
@@ -91,13 +88,9 @@ func (s *Store) clock(req *limit.Request) int64 {
 	return s.baseMs + int64(time.Since(s.base)/time.Millisecond)
 }
 
-// Take implements limit.Store. req must be valid (limit.Request.Validate),
-// as the limit.Store contract says: the store does not check it again,
-// beyond refusing no limits, a negative cost and a zero rate or period
-// (it would divide by it), with an error matching limit.ErrInvalid. A caller above no validating layer
-// (pipeline.Pipeline validates) calls limit.Request.Validate first. It
-// never returns an error for a valid request, and neither keeps nor
-// modifies req.
+// Take implements limit.Store. req must be valid (limit.Request.Validate):
+// the store refuses only what usable does, with an error matching
+// limit.ErrInvalid, so it never returns an error for a valid request.
 func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, error) {
 	now := s.clock(req)
 	if d, ok := s.takeKnown(now, req); ok {
@@ -110,10 +103,9 @@ func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, err
 }
 
 // usable refuses what would make the store fail or answer nothing: no
-// limits, a negative cost, a rate or period that an algorithm divides by
-// being zero, or a sliding log longer than limit.MaxLogCount, which it
-// would allocate. It is the one check of a request the store takes as
-// valid (limit.Store). A key's known limit (takeKnown) passed it once.
+// limits, a negative cost, a zero rate or period (an algorithm divides by
+// it), or a sliding log longer than limit.MaxLogCount (it would allocate
+// it). A key's known limit (takeKnown) passed it once.
 func usable(req *limit.Request) error {
 	if len(req.Limits) == 0 || req.Cost < 0 {
 		return fmt.Errorf("memstore: request of cost %d and %d limits cannot be taken (limit.Request.Validate): %w", req.Cost, len(req.Limits), limit.ErrInvalid)
