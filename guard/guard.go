@@ -471,7 +471,7 @@ const (
 
 // ask makes one call to the remote, watched under c (nil: unwatched,
 // under ctx alone), and says what it tells of the node.
-func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (int64, limit.Decision, error, verdict) {
+func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (granted int64, d limit.Decision, err error, v verdict) {
 	var cctx context.Context = c
 	if c == nil {
 		cctx = ctx
@@ -488,11 +488,6 @@ func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request,
 			panic(r)
 		}
 	}()
-	var (
-		granted int64
-		d       limit.Decision
-		err     error
-	)
 	if cost := req.EffectiveCost(); want == cost || s.granter == nil {
 		d, err = s.remote.Take(cctx, req)
 		if err == nil && d.Allowed {

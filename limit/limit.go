@@ -269,12 +269,7 @@ func (r *Request) ChargesRefusals() bool {
 }
 
 // EffectiveCost reports Cost, or 1 when Cost is zero.
-func (r *Request) EffectiveCost() int64 {
-	if r.Cost <= 0 {
-		return 1
-	}
-	return r.Cost
-}
+func (r *Request) EffectiveCost() int64 { return max(r.Cost, 1) }
 
 // FailClosed returns the index of the first of the request's enforced
 // limits that fails closed (Limit.FailClosed), or -1 when none does: the

@@ -123,13 +123,10 @@ func usable(req *limit.Request) error {
 // key, taken in place. ok is false, with nothing read or written, for any
 // other request; Take then validates it and takes it the general way.
 func (s *Store) takeKnown(now int64, req *limit.Request) (d limit.Decision, ok bool) {
-	if len(req.Limits) != 1 || req.Cost < 0 || req.Refused != 0 {
+	if len(req.Limits) != 1 || req.Cost < 0 || req.Refused != 0 || req.Limits[0].CountRefusals {
 		return d, false
 	}
 	l := &req.Limits[0]
-	if l.CountRefusals {
-		return d, false
-	}
 	sh := s.keys.Of(req.Key)
 	sh.Lock()
 	defer sh.Unlock()

@@ -116,12 +116,7 @@ func (q *Quota) CounterName(id string) string {
 }
 
 // keyOf returns the store key q counts under for a request of key.
-func (q *Quota) keyOf(key string) string {
-	if q.Key != "" {
-		return q.Key
-	}
-	return key
-}
+func (q *Quota) keyOf(key string) string { return cmp.Or(q.Key, key) }
 
 // Remaining returns what is left of count after used, never negative.
 func Remaining(count, used int64) int64 { return max(count-used, 0) }
