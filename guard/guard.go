@@ -36,13 +36,11 @@
 // this process's memory at its share of each limit (slack / gateways, 2/N
 // by default), so a runaway client stays within about twice its limit
 // across the fleet and normal clients are rarely refused. A local bucket
-// starts from what the shared store last said about its key: the Store
-// remembers, in a bounded table, the tokens each recently decided key had
-// left, and the local bucket holds the same part of them as of its limit,
-// refilled since. So a key that had spent its tokens does not get a fresh
-// burst on every gateway when the node goes down. A limit marked
-// FailClosed (logins, password resets, SMS) refuses instead, with an error
-// wrapping [ErrUnavailable].
+// starts from the tokens the shared store last said its key had left
+// (remembered in a bounded table), so a key that had spent its tokens does
+// not get a fresh burst on every gateway when the node goes down. A limit
+// marked FailClosed (logins, password resets, SMS) refuses instead, with
+// an error wrapping [ErrUnavailable].
 //
 // Every Decision says where it came from (limit.Source), so logs and
 // metrics can tell a shared decision from a local guess.

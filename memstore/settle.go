@@ -10,15 +10,11 @@ import (
 
 // Settle corrects a take whose cost was an estimate, once the true cost is
 // known: delta is the true cost less the estimate taken. A positive delta
-// is taken from every enforced limit of req whatever they hold: a token
-// bucket or GCRA limit that has less is left in debt (Settled.Debt, at
-// most one burst), so that the key's next requests wait until the debt has
-// refilled; a window takes as much as it has room for, never counting
-// above its limit, and reports the rest in Settled.Debt without keeping
-// it (see SettleState). A negative delta is given back (GiveBack), never
-// pushing a limit above its burst nor a window's count below zero. Zero
-// changes nothing. req.Cost is ignored; shadow limits are left alone. It
-// never returns an error for a valid request.
+// is taken from every enforced limit of req whatever they hold, leaving a
+// token bucket or GCRA limit in debt and a window full (SettleState says
+// how). A negative delta is given back (GiveBack). req.Cost is ignored;
+// shadow limits are left alone. It never returns an error for a valid
+// request.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Settled, error) {
 	if err := usable(req); err != nil {
 		return Settled{}, err
@@ -187,8 +183,9 @@ func retryAfter(l *limit.Limit, s *limit.State, now, cost int64) int64 {
 // answers a take meanwhile as empty (its retry time then counts from the
 // end of the debt, which the answer does not know: a client told to retry
 // early is refused again). Charges add up: a bucket already in debt is
-// charged its debt and the new cost, still at most one burst. GCRA's theoretical arrival time moves past the
-// burst's reach, which GCRA answers exactly.
+// charged its debt and the new cost, still at most one burst. GCRA's
+// theoretical arrival time moves past the burst's reach, which GCRA
+// answers exactly.
 func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.State, ttl, debt int64) {
 	switch l.Alg() {
 	case limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog:
