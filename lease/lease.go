@@ -67,11 +67,10 @@ type Config struct {
 	// means 5s.
 	Idle time.Duration
 	// WaitForRefill makes a request the lease cannot serve wait for a
-	// batch already on its way in the background, under its own context,
-	// rather than call the shared store for itself. A relay sets it: its
-	// gateways' calls for one busy key arrive by the hundred at once, and
-	// would each reach Redis while a refill is out. A gateway leaves it
-	// off: its refills are bounded by the guard alone.
+	// batch already on its way, under its own context, rather than call the
+	// shared store itself. A relay sets it: its gateways' calls for one
+	// busy key arrive by the hundred at once while a refill is out. A
+	// gateway leaves it off: the guard bounds its refills.
 	WaitForRefill bool
 	// Now returns the current time. Nil means time.Now.
 	Now func() time.Time
@@ -333,9 +332,8 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	if b.asking != nil {
 		// A batch a request is fetching, or the answer for a refused key,
 		// is on its way: wait for it (under the request's own deadline)
-		// and read the book again, rather than each miss calling. A
-		// background refill is not waited for: nothing bounds it but the
-		// guard, and is waited for only with WaitForRefill.
+		// rather than each miss calling. A background refill, bounded by
+		// nothing but the guard, is waited for only with WaitForRefill.
 		return d, b.asking, false
 	}
 	// Ask the shared store, with the few leased tokens left (fewer than the

@@ -314,11 +314,10 @@ func (s *Store) GiveBack(ctx context.Context, req *limit.Request) error {
 }
 
 // passable turns the inner store's limit.Never (the cost is above the
-// scaled limit's burst) into a refusal for one rebalance interval, or the
-// limit's period if shorter, when the cost fits the whole limit's burst:
-// the request can pass, in a region with a larger share or after the next
-// rebalance, and a caller told Never would refuse it for good (the lease
-// layer caches such refusals).
+// scaled burst) into a refusal for one rebalance interval, or the limit's
+// period if shorter, when the cost fits the whole limit's burst: it can
+// pass after a rebalance, and a caller told Never would refuse it for good
+// (the lease layer caches such refusals).
 func (s *Store) passable(req *limit.Request, d limit.Decision) limit.Decision {
 	if d.Allowed || d.RetryAfter != limit.Never || d.Index < 0 || d.Index >= len(req.Limits) {
 		return d
