@@ -22,16 +22,13 @@ const (
 
 // String names the state as logs and metrics show it.
 func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case HalfOpen:
-		return "half-open"
-	case Open:
-		return "open"
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
+
+var stateNames = [...]string{Closed: "closed", HalfOpen: "half-open", Open: "open"}
 
 // breaker is one shard's circuit breaker: a state machine fed with the
 // time and the outcome of each call, doing no I/O of its own. It is not

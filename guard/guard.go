@@ -36,13 +36,11 @@
 // this process's memory at its share of each limit (slack / gateways, 2/N
 // by default), so a runaway client stays within about twice its limit
 // across the fleet and normal clients are rarely refused. A local bucket
-// starts from what the shared store last said about its key: the Store
-// remembers, in a bounded table, the tokens each recently decided key had
-// left, and the local bucket holds the same part of them as of its limit,
-// refilled since. So a key that had spent its tokens does not get a fresh
-// burst on every gateway when the node goes down. A limit marked
-// FailClosed (logins, password resets, SMS) refuses instead, with an error
-// wrapping [ErrUnavailable].
+// starts from the tokens the shared store last said its key had left
+// (remembered in a bounded table), so a key that had spent its tokens does
+// not get a fresh burst on every gateway when the node goes down. A limit
+// marked FailClosed (logins, password resets, SMS) refuses instead, with
+// an error wrapping [ErrUnavailable].
 //
 // Every Decision says where it came from (limit.Source), so logs and
 // metrics can tell a shared decision from a local guess.
@@ -111,24 +109,17 @@ type Watcher interface {
 // Config configures a Store. The zero value gives the defaults.
 type Config struct {
 	// Timeout is how long a call may wait on the shared store before the
-	// Store asks whether the call's node is answering. Zero means 5ms: a
-	// Redis call takes well under a millisecond. Past it the call waits on,
-	// looked at again every half Timeout (at most every 1ms), while its
-	// node is merely slow, paused or this process is busy; once the node
-	// has owed replies and sent nothing for DownAfter (Watcher.Stalled),
-	// it is down: its breaker opens at once and its calls are answered
-	// locally. A store
-	// that is not a Watcher cannot tell a slow node from a busy process:
-	// its calls fail at Timeout, and TripAfter failures in a row open the
-	// breaker.
+	// Store asks whether the call's node is answering (Watcher.Stalled),
+	// and asks again every half Timeout (at most every 1ms) until the node
+	// answers or is judged down (DownAfter). Zero means 5ms: a Redis call
+	// takes well under a millisecond. A store that is not a Watcher cannot
+	// tell a slow node from a busy process: its calls fail at Timeout.
 	Timeout time.Duration
 	// DownAfter is how long a node that owes replies must stay silent to be
-	// judged down. Zero means DefaultDownAfter (75ms) or three times
-	// Timeout, whichever is longer: long enough that a pause of tens of
-	// milliseconds, which Redis takes in normal running, is waited out and
-	// answered by the node; short enough that a node that is really gone
-	// is given up within about 100ms. It must not be below Timeout, when
-	// a call is first looked at.
+	// judged down: its breaker then opens at once. Zero means
+	// DefaultDownAfter (75ms, see the package doc for why) or three times
+	// Timeout, whichever is longer. It must not be below Timeout, when a
+	// call is first looked at.
 	DownAfter time.Duration
 	// MaxQueue is how much longer than Timeout a call may wait while its
 	// node is answering, before the request is shed (ErrShed). Zero means
@@ -148,20 +139,19 @@ type Config struct {
 	// evenly. Zero means 2.
 	Slack float64
 	// Fleet is how many gateways share the limits: while a node is down
-	// each enforces slack / size of every limit. A shard's local fallback
-	// reads its size once, at its first local answer, and keeps it until a
-	// call to the shard succeeds again. The zero value is a fleet of one.
+	// each enforces slack / size of every limit, the size read at the
+	// shard's first local answer (see shard.fleet). The zero value is a
+	// fleet of one.
 	Fleet limit.Fleet
 	// Shard names the shard that holds key's limits. One breaker serves
 	// each name. Nil means the remote's Node method when it is a [Nodes],
 	// else every key in one shard.
 	Shard func(key string) string
 	// Refresh, if set, re-reads which node serves each key (for Shard).
-	// Nil means the remote's RefreshNodes when it is a [Refresher]. The
-	// Store calls it in the background when a breaker opens and every
-	// RefreshEvery while any breaker is not closed, so that keys move to a
-	// promoted replica, under a closed breaker, as soon as the cluster has
-	// failed over.
+	// Nil means the remote's RefreshNodes when it is a [Refresher]. It runs
+	// in the background when a breaker opens and every RefreshEvery while
+	// any is not closed, so that keys move to a promoted replica as soon
+	// as the cluster has failed over.
 	Refresh func(ctx context.Context) error
 	// RefreshEvery is how often Refresh runs while a breaker is open or
 	// half-open. Zero means 500ms.
@@ -195,9 +185,8 @@ const (
 
 // Store is a limit.Granter that guards a shared store with deadlines,
 // per-node breakers and a local fallback. It is safe for concurrent use.
-// It owns the goroutine that watches calls in flight (running while there
-// are calls), and with a refresher (Config.Refresh, or a remote that is a
-// Refresher) one more; Close stops both.
+// It owns the watcher of calls in flight (running while there are calls)
+// and the refresher (with Config.Refresh); Close stops both.
 type Store struct {
 	remote  limit.Store
 	granter limit.Granter // remote, when it can grant up to N; else nil
@@ -208,8 +197,7 @@ type Store struct {
 	lister  Lister        // nil unless the remote names its nodes and cfg.Shard is nil
 	kick    chan struct{} // wakes the refresher; buffered, never blocks
 
-	// The background goroutines: the watcher of calls in flight
-	// (watch.go) and the refresher. Close cancels bg and waits for both.
+	// Close cancels bg and waits for the watcher (watch.go) and refresher.
 	bg       context.Context
 	stop     context.CancelFunc
 	running  sync.WaitGroup
@@ -218,21 +206,18 @@ type Store struct {
 	closed   bool        // Close has run; guarded by watchMu
 	watching atomic.Bool // a watcher runs; set under watchMu
 
-	// shards maps a shard's name to its *shard. It never shrinks: one
-	// entry per node ever seen. A sync.Map, so requests to different nodes
-	// never wait on each other's lock.
+	// shards maps a shard's name to its *shard, one per node ever seen. A
+	// sync.Map, so requests to different nodes never wait on one lock.
 	shards sync.Map
 }
 
 // shard is one shard's breaker and the lock that guards it.
 type shard struct {
-	name string
-	mu   sync.Mutex
-	b    breaker // guarded by mu
-	m    shardMetrics
-	// head and tail are the calls in flight to the shard, oldest first.
-	// Guarded by mu.
-	head, tail *call
+	name       string
+	mu         sync.Mutex
+	b          breaker // guarded by mu
+	m          shardMetrics
+	head, tail *call // the calls in flight to the shard, oldest first; guarded by mu
 	// fleet is the fleet size the local fallback divides limits by, fixed
 	// at the shard's first local answer until a call succeeds again; 0
 	// before. Guarded by mu. A scaled limit's period depends on the share
@@ -244,8 +229,8 @@ type shard struct {
 
 var _ limit.Granter = (*Store)(nil)
 
-// New returns a Store guarding remote. It returns an error for a negative or
-// otherwise unusable Config field.
+// New returns a Store guarding remote, or an error for an unusable Config
+// field.
 func New(remote limit.Store, cfg Config) (*Store, error) {
 	if err := cfg.Fleet.Validate(); err != nil {
 		return nil, fmt.Errorf("guard: %w", err)
@@ -313,11 +298,10 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the watcher of calls in flight, once the calls already made
-// have ended, and the background refresher, if any, and waits for them.
-// The Store still answers afterwards: breakers keep the node names they
-// have, and a call waits for the remote's answer or its caller's
-// deadline, unwatched. Close is idempotent.
+// Close stops the watcher, once the calls already made have ended, and the
+// refresher, and waits for them. The Store still answers afterwards: a
+// call then waits for the remote's answer or its caller's deadline,
+// unwatched. Close is idempotent.
 func (s *Store) Close() {
 	s.watchMu.Lock()
 	s.closed = true
@@ -354,8 +338,7 @@ func (s *Store) refresher() {
 		cancel()
 		if err == nil {
 			s.listNodes()
-		}
-		if err != nil && s.bg.Err() == nil {
+		} else if s.bg.Err() == nil {
 			s.cfg.Logger.LogAttrs(s.bg, slog.LevelWarn, "rate limit shard map not refreshed", slog.Any("error", err))
 		}
 		timer.Reset(s.cfg.RefreshEvery)
@@ -385,22 +368,19 @@ func (s *Store) anyOpen() bool {
 	return open
 }
 
-// Take implements limit.Store. The Decision's Source says which path
-// answered: the remote's own source (limit.FromRedis from redisstore),
-// or FromLocalFallback, FromFailClosed or FromShed.
+// Take implements limit.Store. The Decision's Source is the remote's own
+// (limit.FromRedis from redisstore), or FromLocalFallback, FromFailClosed
+// or FromShed.
 //
 // req must be valid (limit.Request.Validate): the guard does not check it
-// again, and its local fallback answers it as given. The layer on top
-// (pipeline.Pipeline) validates each request once; a remote that refuses
-// an invalid request anyway (limit.ErrInvalid) fails only that request.
+// again (pipeline.Pipeline validates it once); a remote that refuses it
+// anyway (limit.ErrInvalid) fails only that request.
 //
-// It returns an error when ctx is done before the call or
-// cancelled during it; for a FailClosed limit whose shard cannot answer
-// (wrapping ErrUnavailable); for a request shed because this process could
-// not get the answer in time (wrapping ErrShed); and for an error the
-// remote answered about this request's own data (limit.ErrBadReply),
-// which says nothing against its node. Any other failure of the shared
-// store is answered by the local fallback.
+// It returns an error when ctx is done before or during the call; for a
+// FailClosed limit whose shard cannot answer (wrapping ErrUnavailable);
+// for a request shed (wrapping ErrShed); and for an error about this
+// request's own data (limit.ErrBadReply), which says nothing against its
+// node. Any other failure is answered by the local fallback.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	_, d, err := s.TakeUpTo(ctx, req, max(req.EffectiveCost(), 1))
 	return d, err
@@ -488,10 +468,8 @@ const (
 )
 
 // ask makes one call to the remote, watched under c (nil: unwatched,
-// under ctx alone): past Timeout the call waits
-// while its node answers or is merely slow, up to MaxQueue more, and ends
-// when the node is judged down.
-func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (int64, limit.Decision, error, verdict) {
+// under ctx alone), and says what it tells of the node.
+func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (granted int64, d limit.Decision, err error, v verdict) {
 	var cctx context.Context = c
 	if c == nil {
 		cctx = ctx
@@ -508,11 +486,6 @@ func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request,
 			panic(r)
 		}
 	}()
-	var (
-		granted int64
-		d       limit.Decision
-		err     error
-	)
 	if cost := req.EffectiveCost(); want == cost || s.granter == nil {
 		d, err = s.remote.Take(cctx, req)
 		if err == nil && d.Allowed {
@@ -679,13 +652,11 @@ func (s *Store) fallback(sh *shard, req *limit.Request, cause error) (int64, lim
 // seed makes the local bucket of the limit lw speaks of hold what the
 // shared store last said it had left, at the local share part: it spends
 // the difference from a full bucket at the time of the word, and the
-// bucket refills from then on. It spends what it can: a bucket already
-// counting (from an earlier outage, not yet full again) gives up the
-// difference on top, which errs toward refusing, and a request of the
-// same key answered at the same moment by another goroutine, which found
-// the word already taken, may have spent a token of the full bucket
-// first: the key's first moment of an outage can admit one request more
-// per request then in flight.
+// bucket refills from then on. A bucket already counting (an earlier
+// outage's) gives up the difference on top, which errs toward refusing;
+// a request of the same key answered meanwhile, which found the word
+// taken, may have spent from the full bucket first: one request more per
+// request in flight at the outage's first moment.
 func (s *Store) seed(lw lastWord, req, local *limit.Request, part limit.Fraction) {
 	for i := range req.Limits {
 		cost := seedCost(lw, &req.Limits[i], &local.Limits[i], part)

@@ -39,6 +39,18 @@ type book struct {
 	owed, owedAt int64
 }
 
+// land ends a call to the shared store: it clears b.fetching (with fetch)
+// and closes asking, waking its waiters.
+func (b *book) land(fetch bool, asking chan struct{}) {
+	if fetch {
+		b.fetching = false
+	}
+	if asking != nil {
+		close(asking)
+		b.asking = nil
+	}
+}
+
 // maxOwed bounds book.owed: stores charge at most two bursts of it, and
 // the bound keeps the sum from overflowing.
 const maxOwed = 1 << 40
@@ -101,9 +113,8 @@ func (b *book) spendUpTo(now, cost, upTo int64) int64 {
 	return n
 }
 
-// add puts granted tokens in the lease, renewing it until the given
-// time: every held token is then spendable until then, as the new batch
-// is (an earlier time only drops tokens sooner, which errs under).
+// add puts granted tokens in the lease, renewing all it holds until the
+// given time (an earlier one only drops tokens sooner, which errs under).
 func (b *book) add(now, granted, until int64, d limit.Decision) {
 	b.lastRefused = false
 	b.expire(now)

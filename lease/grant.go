@@ -37,15 +37,11 @@ type Leaser interface {
 
 var _ Leaser = (*Store)(nil)
 
-// Lease implements Leaser: a sub-lease of up to want tokens for req's
-// key, cut from this store's lease when it holds enough, else from a
-// batch it takes from the inner store (the rest of which it keeps), and
-// for a quiet key taken from the inner store directly. The Grant's TTL
-// is what remains of the lease its tokens came from, counted from the
-// start of the call, so the sub-lease expires no later than it. A refusal
-// is remembered and repeated as Take's are.
-//
-// A relay serves its gateways with Lease: its demand for a key counts the
+// Lease implements Leaser: a sub-lease of up to want tokens for req's key,
+// cut from this store's lease when it holds enough, else from a batch it
+// takes from the inner store (keeping the rest), or for a quiet key from
+// the inner store directly. A refusal is remembered as Take's are. A
+// relay serves its gateways with Lease: its demand for a key counts the
 // tokens asked for, so its batch follows the sum of its gateways' batches.
 func (s *Store) Lease(ctx context.Context, req *limit.Request, want int64) (Grant, error) {
 	start := s.now().UnixMilli()

@@ -15,31 +15,23 @@
 // most once a lookahead window (100 ms) with nothing remembered for it goes
 // straight to the shared store: it costs a hashed count, not a lease entry.
 //
-// That bound is cumulative. At one instant the fleet can admit the bucket's
-// burst plus the tokens its gateways still hold in leases, taken before the
-// bucket refilled: each gateway holds fewer than 1.5 batches (a batch is
-// fetched once fewer than half of one are left), so at most burst + 1.5 ×
-// rate × Lookahead across the fleet (150 ms of the rate by default) when
-// Gateways or Fleet is the true fleet size, and more if it is told fewer. Over
-// any interval of length t it is burst + rate × t + the tokens held at its
-// start. A client sees this as a burst above the limit's burst, by up to
-// 15% of a second's rate, once the bucket has refilled while leases were
-// held.
+// That bound is cumulative. At one instant the fleet can also spend the
+// tokens its gateways still hold, taken before the bucket refilled: fewer
+// than 1.5 batches each (the next is fetched once half is gone), so at most
+// burst + 1.5 × rate × Lookahead (150 ms of the rate by default) when Fleet
+// is the true fleet size, and more if it is told fewer. A client sees this
+// as a burst above the limit's burst, by up to 15% of a second's rate.
 //
 // When the shared store refuses a request and says when to retry, the key
-// (with that request's limit set) is refused from memory until then. A
-// client far over its limit then costs its shard about one call per gateway
-// per retry interval. When the key's limits count refusals
-// (limit.Limit.CountRefusals), the cost of each request refused from
-// memory is added up in the key's book and charged with the key's next
-// call to the shared store (limit.Request.Refused), never a call per
-// refusal: a client that ignores 429 pays for every refusal, as it would
-// without leases, and stays out until it stops. Owed refusals are charged
-// at least once: a call that fails puts them back for the key's next call,
-// even when the shared store had run it before the error (a timeout), so
-// they may be charged twice, within the bound the stores put on debt (one
-// burst). A background refill's own refusal refuses no client and is not
-// charged.
+// (with that request's limit set) is refused from memory until then: a
+// client far over its limit costs its shard about one call per gateway per
+// retry interval. When its limits count refusals (limit.Limit.CountRefusals),
+// the cost of the requests refused from memory is charged with the key's
+// next call (limit.Request.Refused), so a client that ignores 429 pays for
+// every refusal, as it would without leases. Owed refusals are charged at
+// least once: a failed call puts them back, even when the store had run it
+// (a timeout), so they may be charged twice, within the bound the stores
+// put on debt (one burst). A background refill's own refusal is not charged.
 package lease
 
 import (
@@ -75,11 +67,10 @@ type Config struct {
 	// means 5s.
 	Idle time.Duration
 	// WaitForRefill makes a request the lease cannot serve wait for a
-	// batch already on its way in the background, under its own context,
-	// rather than call the shared store for itself. A relay sets it: its
-	// gateways' calls for one busy key arrive by the hundred at once, and
-	// would each reach Redis while a refill is out. A gateway leaves it
-	// off: its refills are bounded by the guard alone.
+	// batch already on its way, under its own context, rather than call the
+	// shared store itself. A relay sets it: its gateways' calls for one
+	// busy key arrive by the hundred at once while a refill is out. A
+	// gateway leaves it off: the guard bounds its refills.
 	WaitForRefill bool
 	// Now returns the current time. Nil means time.Now.
 	Now func() time.Time
@@ -148,12 +139,12 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 		ttl:       cmp.Or(cfg.TTL, time.Second).Milliseconds(),
 		idle:      cmp.Or(cfg.Idle, 5*time.Second).Milliseconds(),
 		now:       cfg.Now, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		shards: striped.New[string, *entry](shardCount),
-		demand: make([]slot, demandSlots),
+		waitFill: cfg.WaitForRefill,
+		shards:   striped.New[string, *entry](shardCount),
+		demand:   make([]slot, demandSlots),
 	}
 	s.window = s.lookahead.Milliseconds()
 	s.leaser, _ = inner.(Leaser)
-	s.waitFill = cfg.WaitForRefill
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -166,9 +157,8 @@ func New(inner limit.Granter, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops background refills, waiting for those in flight, and drops
-// nothing else: leased tokens are still spent until they expire, and later
-// misses call the inner store directly. Close is idempotent.
+// Close stops background refills, waiting for those in flight; leased
+// tokens are still spent until they expire. Close is idempotent.
 func (s *Store) Close() {
 	s.mu.Lock()
 	s.closed = true
@@ -177,22 +167,17 @@ func (s *Store) Close() {
 	s.wg.Wait()
 }
 
-// Take implements limit.Store. The Decision's Source says where the
-// answer came from: a leased token (limit.FromLease), a remembered refusal
-// (limit.FromRefusalCache), or the inner store's own answer and source. A
-// request with shadow limits (limit.Limit.Shadow) is passed to the inner
-// store as it is, leases and refusal cache aside, so that its shadow
-// limits are checked on every request.
-// Errors are the inner store's, including its fail-closed refusals.
+// Take implements limit.Store. The Decision's Source is limit.FromLease,
+// limit.FromRefusalCache, or the inner store's. A request with shadow
+// limits (limit.Limit.Shadow) goes to the inner store as it is, so that
+// its shadow limits see every request. Errors are the inner store's.
 //
-// req must be valid (limit.Request.Validate): the lease store does not
-// check it again, and a busy key's request may be answered from memory
-// without reaching a store that would. The layer on top
-// (pipeline.Pipeline) validates each request once.
+// req must be valid (limit.Request.Validate): it is not checked again
+// (pipeline.Pipeline validates it once), and may be answered from memory
+// without reaching a store that would.
 //
 // A lease-served answer's Remaining is the shared store's count at its last
-// grant plus the tokens this gateway still holds: the best it knows without
-// asking.
+// grant plus the tokens this gateway still holds.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	d, _, err := s.take(ctx, req, req.EffectiveCost())
 	return d, err
@@ -246,9 +231,8 @@ func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit
 	}
 }
 
-// miss is one request's dealings with its key's book: what it costs, the
-// batch its key leases, and, once memory cannot answer it, the call it
-// makes to the shared store.
+// miss is one request's dealings with its key's book, and its call to the
+// shared store when memory cannot answer it.
 type miss struct {
 	cost, batch int64
 	upTo        int64 // the most tokens the caller takes (Lease), at least cost
@@ -293,11 +277,10 @@ func fillMs(req *limit.Request) int64 {
 	return ms
 }
 
-// fromMemory answers req from e's book when it can: a leased token
-// (refilled in the background once half the batch is gone) or a
-// remembered refusal. Otherwise it returns a channel to wait on, when a
-// call for the refused key is already out, or, with neither, sets up m's
-// call to the shared store.
+// fromMemory answers from e's book when it can: a leased token (refilled
+// in the background once half the batch is gone) or a remembered refusal.
+// Otherwise it returns a channel to wait on, when a call for the key is
+// already out, or, with neither, sets up m's call to the shared store.
 func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait <-chan struct{}, served bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -349,9 +332,8 @@ func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait
 	if b.asking != nil {
 		// A batch a request is fetching, or the answer for a refused key,
 		// is on its way: wait for it (under the request's own deadline)
-		// and read the book again, rather than each miss calling. A
-		// background refill is not waited for: nothing bounds it but the
-		// guard, and is waited for only with WaitForRefill.
+		// rather than each miss calling. A background refill, bounded by
+		// nothing but the guard, is waited for only with WaitForRefill.
 		return d, b.asking, false
 	}
 	// Ask the shared store, with the few leased tokens left (fewer than the
@@ -390,10 +372,9 @@ func (s *Store) ask(ctx context.Context, e *entry, req *limit.Request, m *miss) 
 }
 
 // grant takes up to want tokens from the inner store, through Lease when
-// the inner store bounds its grants' lifetime, and reports when the
-// granted tokens expire (Unix ms): the TTL from now, or sooner when the
-// inner store's lease ends sooner. Its lifetime is counted from before
-// the call, so a lease held here never outlives the one it came from.
+// it bounds its grants' lifetime, and reports when they expire (Unix ms):
+// the TTL from now, or sooner when the inner lease, counted from before
+// the call, ends sooner: a lease never outlives the one it came from.
 func (s *Store) grant(ctx context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, until int64, err error) {
 	if s.leaser == nil {
 		granted, d, err = s.inner.TakeUpTo(ctx, req, want)
@@ -413,20 +394,13 @@ type answer struct {
 	until   int64 // when the granted tokens expire, Unix ms
 }
 
-// settle ends m's call: it clears the flight's flags and wakes its waiters
-// and, if the call returned (a not nil), books its answer and returns what
-// the request gets.
+// settle ends m's call (book.land) and, if it returned (a not nil), books
+// its answer and returns what the request gets.
 func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.Decision, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := &e.b
-	if m.fetch {
-		b.fetching = false
-	}
-	if m.asking != nil {
-		close(m.asking)
-		b.asking = nil
-	}
+	b.land(m.fetch, m.asking)
 	if a == nil || a.err != nil {
 		// The refusals the call was to charge wait for the next one.
 		b.putBack(m.owed)
@@ -506,9 +480,8 @@ func (s *Store) direct(ctx context.Context, req *limit.Request, upTo int64) (lim
 
 // holdFor is how much longer than its retry time a refusal of a request of
 // cost is remembered when the key's batch is size: until the refusing
-// limit has refilled a whole batch rather than one request's cost, so that
-// the next call can lease a batch instead of each call winning one token.
-// It is never more than the lookahead of a batch at the limit's full rate.
+// limit has refilled a whole batch, so that the next call can lease a
+// batch instead of each call winning one token.
 func holdFor(req *limit.Request, d limit.Decision, size, cost int64) int64 {
 	if size <= cost || d.RetryAfter <= 0 || d.Index < 0 || d.Index >= len(req.Limits) {
 		return 0
@@ -529,36 +502,24 @@ func shared(src limit.Source) bool {
 	return true
 }
 
-// refill fetches the next batch for e in the background, off the request
-// path, charging owed, refusals the key owes (limit.Request.Refused).
-// e.b.fetching is already set; the refill clears it.
+// refill fetches the next batch for e in the background, charging owed,
+// the refusals the key owes (limit.Request.Refused). e.b.fetching is
+// already set; the refill clears it.
 //
-// No client is refused when a refill is, so a refill's own refusal is
-// never charged on top of what the key owes: the shared store charges a
-// refused call's cost (1) to the limits that count refusals (one charge
-// per leased request while the bucket is empty, which kept a client that
-// waits its Retry-After well below the limit). With nothing owed, the
-// refill's limits go with CountRefusals cleared, and nothing is charged.
-// With refusals owed, they must keep it (a store charges owed refusals
-// only to limits that count them), and the refill sends all it owes but
-// 1, the cost its own refusal is charged: a refused refill charges
-// exactly what is owed, and an allowed one leaves 1 owed in the book for
-// the key's next call.
+// No client is refused when a refill is, so its own refusal must not be
+// charged (that charged one per leased request while the bucket was
+// empty, and kept a client that waits its Retry-After well below the
+// limit). With nothing owed, the refill's limits go with CountRefusals
+// cleared. With refusals owed they must keep it (a store charges owed
+// refusals only to limits that count them), and the refill sends all it
+// owes but 1, the cost its own refusal is charged: an allowed refill
+// leaves that 1 owed in the book.
 func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan struct{}, owed int64) {
-	// done clears the refill's flags and wakes its waiters (WaitForRefill);
-	// under e.mu.
-	done := func() {
-		e.b.fetching = false
-		if asking != nil {
-			close(asking)
-			e.b.asking = nil
-		}
-	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		e.mu.Lock()
-		done()
+		e.b.land(true, asking)
 		e.b.putBack(owed)
 		e.mu.Unlock()
 		return
@@ -585,7 +546,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		now := s.now().UnixMilli()
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		done()
+		e.b.land(true, asking)
 		switch {
 		case err != nil, !shared(d.Source):
 			// Not charged in the shared store: the owed refusals wait for
@@ -631,10 +592,9 @@ func (s *Store) batch(req *limit.Request) int64 {
 
 // entry returns req's entry, making it if need be; h is its key's hash and
 // sl its demand slot, whose counts of this window (cur) and the one before
-// (prev), this request included, a new entry's demand starts from. After
-// about as many lookups as its shard holds entries, or Idle after the last
-// sweep, it sweeps out the shard's entries idle for longer than Idle, so
-// memory follows the keys in use at a constant cost per request.
+// (prev), this request included, a new entry's demand starts from. Now
+// and then (striped.Stripe.Due) it sweeps out the shard's entries idle for
+// longer than Idle, so memory follows the keys in use.
 func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, prev uint64) *entry {
 	var buf [128]byte
 	id := appendID(buf[:0], req)

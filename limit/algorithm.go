@@ -84,15 +84,6 @@ func Evaluate(l *Limit, s *State, now, cost int64) Outcome {
 	return Outcome{RetryAfter: -1, Remaining: 0, TTL: 1, Next: *s}
 }
 
-// implemented reports whether Evaluate knows the algorithm.
-func implemented(a Algorithm) bool {
-	switch a {
-	case TokenBucket, GCRA, SlidingWindow, FixedWindow, SlidingLog:
-		return true
-	}
-	return false
-}
-
 // ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
@@ -153,14 +144,7 @@ func Decide(outs []Outcome) Decision {
 // limits (Limit.Shadow), which never refuse. Without shadow limits it is
 // Decide. A request of shadow limits alone is allowed, with Index -1.
 func DecideRequest(outs []Outcome, limits []Limit) Decision {
-	shadow := false
-	for i := range limits {
-		if limits[i].Shadow {
-			shadow = true
-			break
-		}
-	}
-	if !shadow {
+	if !hasShadow(limits) {
 		return Decide(outs)
 	}
 	d, _ := decide(outs, limits, false)

@@ -78,12 +78,10 @@ func (b *Budget) AppendValues(dst []string) []string {
 	buf = append(buf, ";t="...)
 	buf = strconv.AppendInt(buf, t, 10)
 	ends[1] = len(buf)
-	buf = strconv.AppendInt(buf, b.Quota, 10)
-	ends[2] = len(buf)
-	buf = strconv.AppendInt(buf, b.Remaining, 10)
-	ends[3] = len(buf)
-	buf = strconv.AppendInt(buf, t, 10)
-	ends[4] = len(buf)
+	for i, v := range [...]int64{b.Quota, b.Remaining, t} {
+		buf = strconv.AppendInt(buf, v, 10)
+		ends[2+i] = len(buf)
+	}
 	n := 5
 	if b.RetryAfter > 0 {
 		buf = strconv.AppendInt(buf, RetryAfterSeconds(b.RetryAfter), 10)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unsafe"
@@ -185,7 +186,7 @@ func (l *Limit) Validate() error {
 			return fmt.Errorf("limit %q: name may hold only printable ASCII without spaces, braces or colons", l.Name)
 		}
 	}
-	if !l.Alg().Known() || !implemented(l.Alg()) {
+	if !l.Alg().Known() {
 		return fmt.Errorf("limit %q: unknown algorithm %q (want one of %v)", l.Name, l.Algorithm, Algorithms)
 	}
 	p := l.PeriodMillis()
@@ -225,15 +226,9 @@ func (l *Limit) Validate() error {
 	return nil
 }
 
-// Known reports whether a names an algorithm sluice implements.
-func (a Algorithm) Known() bool {
-	for _, k := range Algorithms {
-		if a == k {
-			return true
-		}
-	}
-	return false
-}
+// Known reports whether a names an algorithm sluice implements (Evaluate
+// knows every one of Algorithms).
+func (a Algorithm) Known() bool { return slices.Contains(Algorithms, a) }
 
 // Request asks to take Cost tokens from every limit of one key at once.
 type Request struct {
@@ -274,12 +269,7 @@ func (r *Request) ChargesRefusals() bool {
 }
 
 // EffectiveCost reports Cost, or 1 when Cost is zero.
-func (r *Request) EffectiveCost() int64 {
-	if r.Cost <= 0 {
-		return 1
-	}
-	return r.Cost
-}
+func (r *Request) EffectiveCost() int64 { return max(r.Cost, 1) }
 
 // FailClosed returns the index of the first of the request's enforced
 // limits that fails closed (Limit.FailClosed), or -1 when none does: the
@@ -296,9 +286,11 @@ func (r *Request) FailClosed() int {
 
 // HasShadow reports whether any of the request's limits is a shadow limit
 // (Limit.Shadow).
-func (r *Request) HasShadow() bool {
-	for i := range r.Limits {
-		if r.Limits[i].Shadow {
+func (r *Request) HasShadow() bool { return hasShadow(r.Limits) }
+
+func hasShadow(ls []Limit) bool {
+	for i := range ls {
+		if ls[i].Shadow {
 			return true
 		}
 	}
@@ -575,27 +567,22 @@ const (
 // request alone fails, under its limits' fail mode.
 var ErrBadReply = errors.New("the store answered with an unusable reply")
 
-// Store takes tokens from the limits of one key atomically. memstore and
-// redisstore implement it, and the layers (lease, guard, share) each take
-// a Store and are one; limittest.Run is the conformance suite every
-// implementation passes. Its contract, for implementations and for layers
-// alike:
+// Store takes tokens from the limits of one key atomically: memstore,
+// redisstore and the layers over them (lease, guard, share);
+// limittest.Run is the conformance suite. Its contract, for
+// implementations and layers alike:
 //
 //   - Requests arrive valid ([Request.Validate]): the top of the stack
 //     checks them once (pipeline.Pipeline.Take; the gateway's and rls's
-//     limits are checked when their rules are compiled), and the layers
-//     and stores below take them as valid without checking again. A store
-//     refuses only what would make it fail or corrupt what it keeps, with
-//     an error matching ErrInvalid: memstore and redisstore refuse a
-//     request without limits or of a negative cost, memstore a zero rate
-//     or period or a sliding log over MaxLogCount, and redisstore's
-//     script, once per distinct limit, a rate, period or burst below 1,
-//     a value too large to count exactly or such a log. Anything else
-//     invalid (a limit named twice, a name with a colon, an unknown
-//     algorithm in memstore) is answered, not refused, and the answer may
-//     be wrong. An embedder that calls a store directly, rather than
-//     through pipeline.Pipeline, calls Request.Validate on each request
-//     it builds (or once on limits it reuses) before the store sees it.
+//     limits when their rules are compiled), and nothing below checks
+//     again. A store refuses, matching ErrInvalid, only what would make it
+//     fail or corrupt what it keeps (memstore.Store.Take says what;
+//     redisstore's script refuses, once per distinct limit, a rate, period
+//     or burst below 1, a value too large to count exactly or a sliding
+//     log over MaxLogCount); other invalid requests (a limit named twice,
+//     a name with a colon) are answered, perhaps wrongly. An embedder that calls a store directly
+//     calls Request.Validate on each request it builds (or once on limits
+//     it reuses).
 //   - Take must not modify req or anything it points to, and must not keep
 //     req, its Limits or any part of them after it returns. A request's
 //     Limits are usually the rules' resolution itself, shared by every

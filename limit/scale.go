@@ -135,13 +135,10 @@ func (l *Limit) refinement() int64 {
 		// k·Count × k·period < 2^53 ⟺ cp × k ≤ ⌊2^53 / k⌋, as k does not divide 2^53.
 		return p*k <= maxRefinedMs && bp*k < maxExact && cp*k <= maxExact/k
 	}
-	switch {
-	case fits(1000):
-		return 1000
-	case fits(100):
-		return 100
-	case fits(10):
-		return 10
+	for _, k := range [...]int64{1000, 100, 10} {
+		if fits(k) {
+			return k
+		}
 	}
 	return 1
 }

@@ -37,8 +37,7 @@ func (s *Store) GiveBack(_ context.Context, req *limit.Request) error {
 		case limit.TokenBucket:
 			st.A = min(st.A+cost*p, l.EffectiveBurst()*p) // credits
 		case limit.GCRA:
-			_, perToken := units(l)
-			st.A -= cost * perToken // the theoretical arrival time
+			st.A -= cost * tokenUnits(l) // the theoretical arrival time
 		case limit.FixedWindow, limit.SlidingWindow:
 			st.B = max(st.B-cost, 0) // this window's count
 		case limit.SlidingLog:
@@ -49,12 +48,6 @@ func (s *Store) GiveBack(_ context.Context, req *limit.Request) error {
 	return nil
 }
 
-// units are GCRA's units (see limit.Limit.Unit): per millisecond, and per
-// token.
-func units(l *limit.Limit) (perMs, perToken int64) {
-	a, b := l.Count, l.PeriodMillis()
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return l.Count / a, l.PeriodMillis() / a
-}
+// tokenUnits is how many units of GCRA's timestamp one token is: the period
+// in units of 1/l.Unit() ms.
+func tokenUnits(l *limit.Limit) int64 { return l.PeriodMillis() * l.Unit() / l.Count }

@@ -4,6 +4,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -71,11 +72,7 @@ var _ limit.Store = (*Store)(nil)
 
 // New returns an empty Store.
 func New(cfg Config) *Store {
-	n := cfg.Shards
-	if n <= 0 {
-		n = 64
-	}
-	s := &Store{now: cfg.Now, base: time.Now(), keys: striped.New[string, *entry](n)}
+	s := &Store{now: cfg.Now, base: time.Now(), keys: striped.New[string, *entry](cmp.Or(max(cfg.Shards, 0), 64))}
 	s.baseMs = s.base.UnixMilli()
 	return s
 }
@@ -91,13 +88,9 @@ func (s *Store) clock(req *limit.Request) int64 {
 	return s.baseMs + int64(time.Since(s.base)/time.Millisecond)
 }
 
-// Take implements limit.Store. req must be valid (limit.Request.Validate),
-// as the limit.Store contract says: the store does not check it again,
-// beyond refusing no limits, a negative cost and a zero rate or period
-// (it would divide by it), with an error matching limit.ErrInvalid. A caller above no validating layer
-// (pipeline.Pipeline validates) calls limit.Request.Validate first. It
-// never returns an error for a valid request, and neither keeps nor
-// modifies req.
+// Take implements limit.Store. req must be valid (limit.Request.Validate):
+// the store refuses only what usable does, with an error matching
+// limit.ErrInvalid, so it never returns an error for a valid request.
 func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, error) {
 	now := s.clock(req)
 	if d, ok := s.takeKnown(now, req); ok {
@@ -110,10 +103,9 @@ func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, err
 }
 
 // usable refuses what would make the store fail or answer nothing: no
-// limits, a negative cost, a rate or period that an algorithm divides by
-// being zero, or a sliding log longer than limit.MaxLogCount, which it
-// would allocate. It is the one check of a request the store takes as
-// valid (limit.Store). A key's known limit (takeKnown) passed it once.
+// limits, a negative cost, a zero rate or period (an algorithm divides by
+// it), or a sliding log longer than limit.MaxLogCount (it would allocate
+// it). A key's known limit (takeKnown) passed it once.
 func usable(req *limit.Request) error {
 	if len(req.Limits) == 0 || req.Cost < 0 {
 		return fmt.Errorf("memstore: request of cost %d and %d limits cannot be taken (limit.Request.Validate): %w", req.Cost, len(req.Limits), limit.ErrInvalid)
@@ -131,13 +123,10 @@ func usable(req *limit.Request) error {
 // key, taken in place. ok is false, with nothing read or written, for any
 // other request; Take then validates it and takes it the general way.
 func (s *Store) takeKnown(now int64, req *limit.Request) (d limit.Decision, ok bool) {
-	if len(req.Limits) != 1 || req.Cost < 0 || req.Refused != 0 {
+	if len(req.Limits) != 1 || req.Cost < 0 || req.Refused != 0 || req.Limits[0].CountRefusals {
 		return d, false
 	}
 	l := &req.Limits[0]
-	if l.CountRefusals {
-		return d, false
-	}
 	sh := s.keys.Of(req.Key)
 	sh.Lock()
 	defer sh.Unlock()
@@ -194,19 +183,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // TakeAt is Take at an explicit time in Unix milliseconds, for callers that
 // keep their own clock. req must be valid.
 func (s *Store) TakeAt(now int64, req *limit.Request) limit.Decision {
-	sh := s.keys.Of(req.Key)
-	sh.Lock()
-	defer sh.Unlock()
-	cost := req.EffectiveCost()
-	var stack [8]limit.Result
-	rs := results(stack[:0], req)
-	counts := chargeOwed(sh, now, req)
-	d := take(sh, now, req, cost, false, rs)
-	if counts && !d.Allowed {
-		chargeRefusal(sh, now, req, &d, rs)
-	}
-	takeShadow(sh, now, req, &d, rs)
-	d.Results = limit.NewResults(rs)
+	_, d := s.TakeUpToAt(now, req, req.EffectiveCost())
 	return d
 }
 
@@ -254,10 +231,7 @@ func sweepIfDue(sh *stripe, now int64) {
 func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool, rs []limit.Result) limit.Decision {
 	var buf [4]limit.Outcome
 	outs := buf[:0]
-	e := sh.M[req.Key]
-	if e != nil && e.expires <= now {
-		e.slots, e.byName = e.slots[:0], nil
-	}
+	e := live(sh, now, req.Key)
 	if e != nil && len(e.slots) >= max(e.compactAt, manySlots) {
 		e.compact(now)
 	}
@@ -301,26 +275,40 @@ func take(sh *stripe, now int64, req *limit.Request, cost int64, shadow bool, rs
 			if l.Shadow != shadow {
 				continue
 			}
-			o := &outs[i]
-			exp := now + o.TTL
-			if idx[i] < 0 {
-				e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
-				idx[i] = len(e.slots) - 1
-				if e.byName != nil {
-					e.byName[l.Name] = idx[i]
-				}
-			}
-			sl := &e.slots[idx[i]]
-			sl.state, sl.expires = o.Next, exp
-			if sl.lim != *l {
-				sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
-				sl.capacity = sl.burst * sl.p
-			}
-			e.expires = max(e.expires, exp)
+			e.write(l, idx[i], outs[i].Next, now+outs[i].TTL)
 		}
 	}
 	sweepIfDue(sh, now)
 	return d
+}
+
+// live returns key's entry, emptied when every state in it has expired,
+// or nil. The caller holds sh's lock.
+func live(sh *stripe, now int64, key string) *entry {
+	e := sh.M[key]
+	if e != nil && e.expires <= now {
+		e.slots, e.byName = e.slots[:0], nil
+	}
+	return e
+}
+
+// write stores state, kept until expires (Unix ms), in l's slot at (-1: a
+// new slot), and keeps l's constants there for takeKnown.
+func (e *entry) write(l *limit.Limit, at int, state limit.State, expires int64) {
+	if at < 0 {
+		e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
+		at = len(e.slots) - 1
+		if e.byName != nil {
+			e.byName[l.Name] = at
+		}
+	}
+	sl := &e.slots[at]
+	sl.state, sl.expires = state, expires
+	if sl.lim != *l {
+		sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
+		sl.capacity = sl.burst * sl.p
+	}
+	e.expires = max(e.expires, expires)
 }
 
 // find returns the index of l's slot, or -1.

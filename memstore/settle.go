@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
@@ -9,15 +10,11 @@ import (
 
 // Settle corrects a take whose cost was an estimate, once the true cost is
 // known: delta is the true cost less the estimate taken. A positive delta
-// is taken from every enforced limit of req whatever they hold: a token
-// bucket or GCRA limit that has less is left in debt (Settled.Debt, at
-// most one burst), so that the key's next requests wait until the debt has
-// refilled; a window takes as much as it has room for, never counting
-// above its limit, and reports the rest in Settled.Debt without keeping
-// it (see SettleState). A negative delta is given back (GiveBack), never
-// pushing a limit above its burst nor a window's count below zero. Zero
-// changes nothing. req.Cost is ignored; shadow limits are left alone. It
-// never returns an error for a valid request.
+// is taken from every enforced limit of req whatever they hold, leaving a
+// token bucket or GCRA limit in debt and a window full (SettleState says
+// how). A negative delta is given back (GiveBack). req.Cost is ignored;
+// shadow limits are left alone. It never returns an error for a valid
+// request.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Settled, error) {
 	if err := usable(req); err != nil {
 		return Settled{}, err
@@ -53,18 +50,11 @@ type Settled struct {
 // enforced returns ls without its shadow limits, sharing ls's memory when
 // it has none.
 func enforced(ls []limit.Limit) []limit.Limit {
-	for i := range ls {
-		if ls[i].Shadow {
-			out := make([]limit.Limit, 0, len(ls))
-			for j := range ls {
-				if !ls[j].Shadow {
-					out = append(out, ls[j])
-				}
-			}
-			return out
-		}
+	shadow := func(l limit.Limit) bool { return l.Shadow }
+	if !slices.ContainsFunc(ls, shadow) {
+		return ls
 	}
-	return ls
+	return slices.DeleteFunc(slices.Clone(ls), shadow)
 }
 
 // charge takes delta more tokens at now, whatever they hold, from req's
@@ -74,10 +64,7 @@ func enforced(ls []limit.Limit) []limit.Limit {
 // of and, for limit idx (-1 for none), the ms until a take of req's cost
 // fits afterwards.
 func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals bool, retries []int64) (debt int64) {
-	e := sh.M[req.Key]
-	if e != nil && e.expires <= now {
-		e.slots, e.byName = e.slots[:0], nil
-	}
+	e := live(sh, now, req.Key)
 	if e == nil {
 		e = &entry{}
 		sh.M[req.Key] = e
@@ -100,20 +87,7 @@ func charge(sh *stripe, now int64, req *limit.Request, delta int64, refusals boo
 		if ttl == 0 {
 			continue // a full window: nothing to write
 		}
-		if at < 0 {
-			e.slots = append(e.slots, slot{alg: l.Alg(), unit: l.Unit()})
-			at = len(e.slots) - 1
-			if e.byName != nil {
-				e.byName[l.Name] = at
-			}
-		}
-		sl := &e.slots[at]
-		sl.state, sl.expires = next, now+ttl
-		if sl.lim != *l {
-			sl.lim, sl.p, sl.burst = *l, l.PeriodMillis(), l.EffectiveBurst()
-			sl.capacity = sl.burst * sl.p
-		}
-		e.expires = max(e.expires, sl.expires)
+		e.write(l, at, next, now+ttl)
 	}
 	return debt
 }
@@ -141,12 +115,11 @@ func chargeOwed(sh *stripe, now int64, req *limit.Request) (counts bool) {
 // again by a limit whose charge outlasted it.
 func chargeRefusal(sh *stripe, now int64, req *limit.Request, d *limit.Decision, rs []limit.Result) {
 	var buf [8]int64
-	retries := buf[:0]
+	retries := buf[:]
 	if len(req.Limits) > len(buf) {
-		retries = make([]int64, 0, len(req.Limits))
+		retries = make([]int64, len(req.Limits))
 	}
 	retries = retries[:len(req.Limits)]
-	clear(retries)
 	charge(sh, now, req, req.EffectiveCost(), true, retries)
 	if d.RetryAfter == limit.Never {
 		return
@@ -210,8 +183,9 @@ func retryAfter(l *limit.Limit, s *limit.State, now, cost int64) int64 {
 // answers a take meanwhile as empty (its retry time then counts from the
 // end of the debt, which the answer does not know: a client told to retry
 // early is refused again). Charges add up: a bucket already in debt is
-// charged its debt and the new cost, still at most one burst. GCRA's theoretical arrival time moves past the
-// burst's reach, which GCRA answers exactly.
+// charged its debt and the new cost, still at most one burst. GCRA's
+// theoretical arrival time moves past the burst's reach, which GCRA
+// answers exactly.
 func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.State, ttl, debt int64) {
 	switch l.Alg() {
 	case limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog:
@@ -231,7 +205,7 @@ func SettleState(l *limit.Limit, s *limit.State, now, cost int64) (next limit.St
 	// and one of debt. Capped, cost × period stays exact.
 	cost = min(cost, 2*l.EffectiveBurst())
 	if l.Alg() == limit.GCRA {
-		perMs, perToken := units(l)
+		perMs, perToken := l.Unit(), tokenUnits(l)
 		at := now * perMs
 		tat := at
 		if s.Exists && s.A > at {

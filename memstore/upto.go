@@ -7,18 +7,10 @@ import (
 	"github.com/sluice-rl/sluice/limit"
 )
 
-// TakeUpTo takes as many tokens as every limit of req can spare, at least
-// req's cost and at most want, and reports how many it took. It is how a
-// token lease draws a batch: one call either takes between cost and want
-// tokens from every limit, or takes nothing and answers with the refusal of
-// a request of req's cost.
-//
-// When granted is positive, d describes the limits after the take of
-// granted tokens. When granted is zero, d is the refusal Take would have
-// given req. A want below the cost means the cost. The whole grant happens
-// under the key's lock, so it is the most every limit could spare at that
-// instant. Shadow limits (limit.Limit.Shadow) take the cost, once, and
-// never limit the grant.
+// TakeUpTo implements limit.Granter: how a token lease draws a batch. The
+// whole grant happens under the key's lock, so it is the most every limit
+// could spare at that instant. Shadow limits (limit.Limit.Shadow) take the
+// cost, once, and never limit the grant.
 func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, err error) {
 	if err := usable(req); err != nil {
 		return 0, limit.Decision{}, err
@@ -33,10 +25,9 @@ func (s *Store) TakeUpTo(_ context.Context, req *limit.Request, want int64) (gra
 // TakeUpToAt is TakeUpTo at an explicit time in Unix milliseconds. req must
 // be valid.
 //
-// The attempts run under the key's lock at one instant: a refusal takes
-// nothing and names how many tokens its limit holds, so the next, smaller
-// attempt either fits every limit or names a tighter one. The attempts
-// shrink on every step, so there are at most about as many as limits.
+// A refused attempt takes nothing and names how many tokens its limit
+// holds, so the next, smaller one either fits every limit or names a
+// tighter one: there are at most about as many attempts as limits.
 func (s *Store) TakeUpToAt(now int64, req *limit.Request, want int64) (int64, limit.Decision) {
 	cost := req.EffectiveCost()
 	sh := s.keys.Of(req.Key)

@@ -8,7 +8,7 @@ import (
 
 // startSlots builds the concurrency slots of p: in Redis when p has it
 // (sorted sets on Redis's clock), else counted in process.
-func (p *Pipeline) startSlots(cfg Config) error {
+func (p *Pipeline) startSlots(cfg Config) (err error) {
 	ic := cfg.Inflight
 	if ic.Fleet.IsZero() {
 		ic.Fleet = p.fleet
@@ -18,12 +18,8 @@ func (p *Pipeline) startSlots(cfg Config) error {
 	if p.redis != nil {
 		b = p.redis
 	}
-	s, err := inflight.New(b, ic)
-	if err != nil {
-		return err
-	}
-	p.slots = s
-	return nil
+	p.slots, err = inflight.New(b, ic)
+	return err
 }
 
 // Slots returns the pipeline's concurrency slots (package inflight), in

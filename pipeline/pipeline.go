@@ -118,16 +118,19 @@ func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.startSlots(cfg); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
+	for _, start := range []func(Config) error{p.startSlots, p.startQuotas, p.startShares} {
+		if err := start(cfg); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("pipeline: %w", err)
+		}
 	}
-	if err := p.startQuotas(cfg); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
-	}
+	return p, nil
+}
+
+// startShares puts the region share layer on top of p, with Config.Shares.
+func (p *Pipeline) startShares(cfg Config) (err error) {
 	if cfg.Shares == nil {
-		return p, nil
+		return nil
 	}
 	sc := *cfg.Shares
 	if sc.GiveBack == nil && p.redis != nil {
@@ -136,12 +139,10 @@ func New(ctx context.Context, cfg Config) (*Pipeline, error) {
 		sc.GiveBack = p.redis
 	}
 	sc.Logger, sc.Registerer = cmp.Or(sc.Logger, cfg.Logger), cmp.Or(sc.Registerer, cfg.Registerer)
-	if p.shares, err = share.New(p.top, sc); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pipeline: %w", err)
+	if p.shares, err = share.New(p.top, sc); err == nil {
+		p.top = p.shares
 	}
-	p.top = p.shares
-	return p, nil
+	return err
 }
 
 // Shares returns the region share layer on top of the stack, or nil

@@ -13,9 +13,7 @@ import (
 // cost is known (gateway endpoints with a cost header): delta is the true
 // cost less the estimate. It settles against this gateway's leased tokens
 // first (lease.Store.SettleLocal), with no Redis call, and the rest in the
-// shared store (redisstore.Store.Settle, memstore.Store.Settle): taken
-// whatever the limits hold, leaving debt, or given back, never above a
-// limit's burst. Settle does not go through the region share layer: with
+// shared store (redisstore.Store.Settle, memstore.Store.Settle). With
 // Config.Shares it fails, and the estimate stands.
 func (p *Pipeline) Settle(ctx context.Context, req *limit.Request, delta int64) (memstore.Settled, error) {
 	if p.shares != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -186,11 +187,7 @@ func (m *Memory) AddCounts(_ context.Context, adds []Add) ([]int64, error) {
 		if m.Now != nil {
 			now = m.Now()
 		}
-		for k, c := range m.counts {
-			if !c.expire.IsZero() && now.After(c.expire) {
-				delete(m.counts, k)
-			}
-		}
+		maps.DeleteFunc(m.counts, func(_ [2]string, c memCount) bool { return !c.expire.IsZero() && now.After(c.expire) })
 	}
 	out := make([]int64, len(adds))
 	for i, a := range adds {

@@ -115,13 +115,11 @@ func (c *Counter) Take(now time.Time, key string, quotas []Quota, cost int64) De
 			continue
 		}
 		if q.Shadow {
-			if e.allowance < cost {
-				if !d.ShadowRefused {
-					d.ShadowRefused, d.ShadowIndex = true, i
-				}
-				continue
+			if e.allowance >= cost {
+				shadows = append(shadows, e)
+			} else if !d.ShadowRefused {
+				d.ShadowRefused, d.ShadowIndex = true, i
 			}
-			shadows = append(shadows, e)
 			continue
 		}
 		list = append(list, e)

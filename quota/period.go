@@ -27,6 +27,7 @@
 package quota
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -91,10 +92,7 @@ func (q *Quota) Validate() error {
 // ("2026-12-03" for a day, "2026-12" for a month), which names the
 // period's counter.
 func (q *Quota) Window(t time.Time) (id string, start, end time.Time) {
-	loc := q.Location
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc := cmp.Or(q.Location, time.UTC)
 	lt := t.In(loc)
 	y, m, d := lt.Date()
 	if q.Period == Month {
@@ -109,11 +107,7 @@ func (q *Quota) Window(t time.Time) (id string, start, end time.Time) {
 // with the given ID: the quota's name, its period, its zone and the ID,
 // so that a changed zone or period starts a new count.
 func (q *Quota) CounterName(id string) string {
-	zone := "UTC"
-	if q.Location != nil {
-		zone = q.Location.String()
-	}
-	name := q.Name + ":" + string(q.Period) + ":" + zone + ":" + id
+	name := q.Name + ":" + string(q.Period) + ":" + cmp.Or(q.Location, time.UTC).String() + ":" + id
 	if q.Shadow {
 		// A name has no colon, so no enforced quota's counter is named so.
 		return "shadow:" + name
@@ -122,12 +116,7 @@ func (q *Quota) CounterName(id string) string {
 }
 
 // keyOf returns the store key q counts under for a request of key.
-func (q *Quota) keyOf(key string) string {
-	if q.Key != "" {
-		return q.Key
-	}
-	return key
-}
+func (q *Quota) keyOf(key string) string { return cmp.Or(q.Key, key) }
 
 // Remaining returns what is left of count after used, never negative.
 func Remaining(count, used int64) int64 { return max(count-used, 0) }

@@ -12,14 +12,10 @@
 // and counts what each key asks for so that [Store.Usage] can tell the
 // balancer where traffic is.
 //
-// A table that has not been confirmed by the balancer for Config.Stale (5
-// minutes) falls back to a fixed split: every key then gets an even split
-// between Config.Regions, or its share in the table if that was smaller,
-// so that regions that go stale at different moments never add up to more
-// than the whole, and a region cut off from the balancer while the others
-// are not adds at most its even split to the limit.
-// Before the first table, the default is an even split between
-// Config.Regions.
+// Before the first table every key gets an even split between
+// Config.Regions; a table the balancer has not confirmed for Config.Stale
+// (5 minutes) gives each key the even split or its share in the table,
+// whichever is smaller (Store.lookup says why).
 package share
 
 import (
@@ -83,9 +79,7 @@ type Config struct {
 	// each gets an even split, Whole / Regions.
 	Regions int
 	// Stale is how long a table stays in force without the balancer
-	// confirming it; after that each key gets an even split between
-	// Regions, or its share in the table (its own, else the default) if
-	// that is smaller. Zero means 5 minutes.
+	// confirming it (see the package doc). Zero means 5 minutes.
 	Stale time.Duration
 	// Interval is how often the balancer rebalances. A request that the
 	// whole limit could admit but this region's share never can is
@@ -162,6 +156,9 @@ func New(inner limit.Store, cfg Config) (*Store, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Second)
 	cfg.MaxTracked = cmp.Or(cfg.MaxTracked, 10000)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	if g, ok := inner.(GiveBacker); ok && cfg.GiveBack == nil {
+		cfg.GiveBack = g
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -200,24 +197,16 @@ func (s *Store) Current() *Table { return s.table.Load() }
 // Age reports how long ago the balancer last set or confirmed the table;
 // before the first table, how long ago the Store was made.
 func (s *Store) Age() time.Duration {
-	c := s.contact.Load()
-	if c == 0 {
-		c = s.born
-	}
-	return s.cfg.Now().Sub(time.Unix(0, c))
+	return s.cfg.Now().Sub(time.Unix(0, cmp.Or(s.contact.Load(), s.born)))
 }
 
-// Stale reports whether the table has gone unconfirmed past Config.Stale,
-// so that each key gets the even split or its share in the table,
-// whichever is smaller. It is false before the first table, when the even split
-// applies.
+// Stale reports whether the table has gone unconfirmed past Config.Stale.
+// It is false before the first table, when the even split applies.
 func (s *Store) Stale() bool {
 	return s.table.Load() != nil && s.Age() > s.cfg.Stale
 }
 
-// Share returns the share this region enforces for one limit of a key
-// now: the table's (its own, else its default; when the table is stale, no
-// more than an even split), or an even split before the first table.
+// Share returns the share this region enforces now for one limit of a key.
 func (s *Store) Share(key, limitName string) uint32 {
 	return s.lookup(s.view(), Pair{key, limitName})
 }
@@ -277,64 +266,58 @@ func (s *Store) lookup(v view, p Pair) uint32 {
 
 // Take scales req's limits to this region's shares (limit.Limit.Scale,
 // rounded down, so that the regions' shares of a limit never add up to
-// more than it) and passes it to the inner store, whose Decision (and
-// Source) it returns. req must be valid: the layer above validates it, as
-// limit.Store says, and share does not check it again. A limit whose share
-// rounds to nothing refuses at once, for its period, without calling the
-// inner store, from limit.FromRegionShare.
+// more than it) and passes it to the inner store, whose Decision it
+// returns. req must be valid (limit.Store). A limit whose share rounds to
+// nothing refuses at once, for its period, from limit.FromRegionShare.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
 	scaled, refused, ok := s.scale(req)
 	if !ok {
-		s.record(req, req.EffectiveCost(), 0)
 		return refused, nil
 	}
 	d, err := s.inner.Take(ctx, scaled)
-	d = s.passable(req, d)
-	if err == nil {
-		admitted := int64(0)
-		if d.Allowed {
-			admitted = req.EffectiveCost()
-		}
-		s.record(req, req.EffectiveCost(), admitted)
+	admitted := int64(0)
+	if d.Allowed {
+		admitted = req.EffectiveCost()
 	}
-	return d, err
+	return s.took(req, admitted, d, err), err
 }
 
-// GiveBack returns req's cost to every limit of req as this region took
-// it: each limit scaled to its share as Take scales it, so that the cost
-// reaches the bucket the take drew from (a scaled token bucket is kept
-// under its scaled period) and no bucket is lifted above the region's
-// share of its burst. A limit whose share now rounds to nothing is left
-// out: a take of it would have taken nothing. It goes to Config.GiveBack,
-// or the inner store; with neither, it is an error. Usage is not changed.
+// took counts the inner store's answer to req, n tokens admitted (unless
+// it failed), and returns its decision as passable makes it.
+func (s *Store) took(req *limit.Request, n int64, d limit.Decision, err error) limit.Decision {
+	if err == nil {
+		s.record(req, max(n, req.EffectiveCost()), n)
+	}
+	return s.passable(req, d)
+}
+
+// GiveBack returns req's cost to every limit of req scaled as Take scales
+// it, so that the cost reaches the bucket the take drew from and no bucket
+// is lifted above the region's share of its burst; a limit whose share
+// rounds to nothing, which a take would not have drawn from, is left out.
+// It goes to Config.GiveBack (or the inner store). Usage is not changed.
 func (s *Store) GiveBack(ctx context.Context, req *limit.Request) error {
-	g := s.cfg.GiveBack
-	if g == nil {
-		var ok bool
-		if g, ok = s.inner.(GiveBacker); !ok {
-			return errors.New("share: nothing to give back to: the inner store is not a GiveBacker and Config.GiveBack is nil")
-		}
+	if s.cfg.GiveBack == nil {
+		return errors.New("share: nothing to give back to: the inner store is not a GiveBacker and Config.GiveBack is nil")
 	}
 	v := s.view()
 	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, 0, len(req.Limits))}
 	for i := range req.Limits {
-		l := &req.Limits[i]
-		if sl, ok := s.scaleOne(v, req.Key, l); ok {
+		if sl, ok := s.scaleOne(v, req.Key, &req.Limits[i]); ok {
 			out.Limits = append(out.Limits, sl)
 		}
 	}
 	if len(out.Limits) == 0 {
 		return nil
 	}
-	return g.GiveBack(ctx, out)
+	return s.cfg.GiveBack.GiveBack(ctx, out)
 }
 
 // passable turns the inner store's limit.Never (the cost is above the
-// scaled limit's burst) into a refusal for one rebalance interval, or the
-// limit's period if shorter, when the cost fits the whole limit's burst:
-// the request can pass, in a region with a larger share or after the next
-// rebalance, and a caller told Never would refuse it for good (the lease
-// layer caches such refusals).
+// scaled burst) into a refusal for one rebalance interval, or the limit's
+// period if shorter, when the cost fits the whole limit's burst: it can
+// pass after a rebalance, and a caller told Never would refuse it for good
+// (the lease layer caches such refusals).
 func (s *Store) passable(req *limit.Request, d limit.Decision) limit.Decision {
 	if d.Allowed || d.RetryAfter != limit.Never || d.Index < 0 || d.Index >= len(req.Limits) {
 		return d
@@ -349,7 +332,8 @@ func (s *Store) passable(req *limit.Request, d limit.Decision) limit.Decision {
 }
 
 // scale returns req with every limit scaled to its share. When a share is
-// too small to admit anything it returns the refusal to answer instead.
+// too small to admit anything it counts req as refused and returns the
+// refusal to answer instead.
 func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool) {
 	v := s.view()
 	out := &limit.Request{Key: req.Key, Cost: req.Cost, Limits: make([]limit.Limit, len(req.Limits))}
@@ -357,6 +341,7 @@ func (s *Store) scale(req *limit.Request) (*limit.Request, limit.Decision, bool)
 		l := &req.Limits[i]
 		sl, ok := s.scaleOne(v, req.Key, l)
 		if !ok {
+			s.record(req, req.EffectiveCost(), 0)
 			return nil, limit.Decision{Index: i, RetryAfter: l.Period, ResetAfter: l.Period, Source: limit.FromRegionShare}, false
 		}
 		out.Limits[i] = sl
@@ -396,13 +381,8 @@ func NewGranter(inner limit.Granter, cfg Config) (*Granter, error) {
 func (g *Granter) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (int64, limit.Decision, error) {
 	scaled, refused, ok := g.scale(req)
 	if !ok {
-		g.record(req, req.EffectiveCost(), 0)
 		return 0, refused, nil
 	}
 	n, d, err := g.inner.TakeUpTo(ctx, scaled, want)
-	d = g.passable(req, d)
-	if err == nil {
-		g.record(req, max(n, req.EffectiveCost()), n)
-	}
-	return n, d, err
+	return n, g.took(req, n, d, err), err
 }

@@ -6,6 +6,7 @@ package striped
 
 import (
 	"hash/maphash"
+	"maps"
 	"sync"
 )
 
@@ -18,13 +19,14 @@ type Map[K comparable, V any] struct {
 	mask    uint64         // len(stripes) - 1
 }
 
-// Stripe is one lock and the part of the map it guards.
+// Stripe is one lock (its Lock and Unlock) and the part of the map it
+// guards.
 type Stripe[K comparable, V any] struct {
-	mu sync.Mutex
+	sync.Mutex
 	// M holds the stripe's entries; guarded by the stripe's lock.
 	M       map[K]V
-	touches int   // uses since the last sweep; guarded by mu
-	swept   int64 // when it was last swept (the caller's clock); guarded by mu
+	touches int   // uses since the last sweep; guarded by the lock
+	swept   int64 // when it was last swept (the caller's clock); guarded by the lock
 }
 
 // New returns an empty Map of at least n stripes: n rounded up to a power
@@ -68,12 +70,6 @@ func (m *Map[K, V]) Len() int {
 	return n
 }
 
-// Lock locks the stripe.
-func (s *Stripe[K, V]) Lock() { s.mu.Lock() }
-
-// Unlock unlocks the stripe.
-func (s *Stripe[K, V]) Unlock() { s.mu.Unlock() }
-
 // Due counts one use of the stripe and reports whether it is time to
 // sweep it: after about as many uses as it holds entries (so a sweep costs
 // a constant amount per use), or, when every is positive, once every has
@@ -95,10 +91,6 @@ func (s *Stripe[K, V]) SweptWithin(now, every int64) bool {
 // Sweep deletes the entries for which drop returns true, and records now
 // as the time of the sweep. The caller holds the lock.
 func (s *Stripe[K, V]) Sweep(now int64, drop func(K, V) bool) {
-	for k, v := range s.M {
-		if drop(k, v) {
-			delete(s.M, k)
-		}
-	}
+	maps.DeleteFunc(s.M, drop)
 	s.touches, s.swept = 0, now
 }
