@@ -296,9 +296,12 @@ func (p *pipe) dial() (*pipeConn, error) {
 // connection timeout is closed, as rueidis closes its own.
 func (p *pipe) read(pc *pipeConn) error {
 	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { p.watch(pc, stop) })
+	defer wg.Wait()
 	defer close(stop)
-	go p.watch(pc, stop)
 	br := bufio.NewReaderSize(pc, 16<<10)
+	var r reply // a reply read before its call was known, and its buffers
 	for {
 		p.mu.Lock()
 		var c *call
@@ -306,7 +309,6 @@ func (p *pipe) read(pc *pipeConn) error {
 			c = pc.owed[pc.head]
 		}
 		p.mu.Unlock()
-		var r reply
 		rp := &r
 		if c != nil {
 			rp = &c.r

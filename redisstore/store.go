@@ -12,7 +12,9 @@
 //
 // The client is rueidis: it pipelines concurrent commands on one
 // connection per node without being asked, discovers a cluster from any
-// seed address and follows its slot map. The take is loaded once into
+// seed address and follows its slot map. Takes themselves go on a second
+// connection per node of the store's own, written by their callers
+// (direct.go), and through rueidis whenever that one cannot serve them. The take is loaded once into
 // every node as a Redis function library (FUNCTION LOAD) and called with
 // FCALL; a server older than Redis 7 runs it as a script by digest
 // (EVALSHA) instead.
@@ -106,8 +108,9 @@ type Config struct {
 	RueidisTakes bool
 	// Wrap, if set, wraps each client the store dials before its first
 	// use, for instance with tracing.Redis for a span per command; the
-	// store uses and closes what Wrap returns. NewWithClient ignores it:
-	// wrap the client you pass instead.
+	// store uses and closes what Wrap returns. Set, it sends takes
+	// through the client too (see RueidisTakes), so that it sees them.
+	// NewWithClient ignores it: wrap the client you pass instead.
 	Wrap func(rueidis.Client) rueidis.Client
 }
 
