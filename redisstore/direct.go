@@ -94,7 +94,7 @@ func (e redisError) Error() string { return string(e) }
 // there is none; nil if the take goes through rueidis or the store is
 // closed.
 func (s *Store) pipeOf(l *link, key string) *pipe {
-	if !s.direct || !l.functions {
+	if !l.direct || !l.functions {
 		return nil
 	}
 	addr := s.Node(key)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -219,5 +221,35 @@ func TestPipeTLSAndACL(t *testing.T) {
 	take(t, s, &limit.Request{Key: "tls", Limits: []limit.Limit{perSecond("s", 10, 10)}})
 	if redisstore.PipeTakes(s) == before {
 		t.Error("the take did not go through the pipe")
+	}
+}
+
+// wrapped is a client wrapped as tracing wraps one.
+type wrapped struct{ rueidis.Client }
+
+// TestPipeOnlyUnwrapped: a Wrap that returns the client as it is leaves
+// takes to the store's own connections; one that wraps it, and
+// RueidisTakes, send every take through the client.
+func TestPipeOnlyUnwrapped(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  redisstore.Config
+		pipe bool
+	}{
+		{"identity", redisstore.Config{Wrap: func(c rueidis.Client) rueidis.Client { return c }}, true},
+		{"wrapper", redisstore.Config{Wrap: func(c rueidis.Client) rueidis.Client { return wrapped{c} }}, false},
+		{"RueidisTakes", redisstore.Config{RueidisTakes: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Addrs = []string{standalone.Addr()}
+			s := newStore(t, tc.cfg)
+			for range 20 {
+				take(t, s, &limit.Request{Key: "wrap", Limits: []limit.Limit{perSecond("s", 1000, 1000)}})
+				time.Sleep(time.Millisecond)
+			}
+			if got := redisstore.PipeTakes(s) > 0; got != tc.pipe {
+				t.Errorf("takes on the store's own connection: got %v, want %v", got, tc.pipe)
+			}
+		})
 	}
 }

@@ -104,12 +104,14 @@ type Config struct {
 	// every other command. False, the default, sends each take on a
 	// connection per node of the store's own, which its callers write
 	// themselves (see direct.go): less CPU a take. Under Sentinel, with a
-	// FlushDelay or with Wrap, takes go through rueidis regardless.
+	// FlushDelay or with a Wrap that wraps, takes go through rueidis
+	// regardless.
 	RueidisTakes bool
 	// Wrap, if set, wraps each client the store dials before its first
 	// use, for instance with tracing.Redis for a span per command; the
-	// store uses and closes what Wrap returns. Set, it sends takes
-	// through the client too (see RueidisTakes), so that it sees them.
+	// store uses and closes what Wrap returns. A Wrap that returns a
+	// client other than the one it was given sends takes through the
+	// client too (see RueidisTakes), so that it sees them.
 	// NewWithClient ignores it: wrap the client you pass instead.
 	Wrap func(rueidis.Client) rueidis.Client
 }
@@ -188,7 +190,7 @@ type Store struct {
 	// pipes are the store's own connections for takes, by node address
 	// (direct.go); nil when takes go through rueidis alone. Copied on
 	// write under mu. pipeCtx ends with Close, which waits for pipesRun.
-	direct     bool
+	direct     bool // the configuration allows them; see link.direct
 	pipes      atomic.Pointer[map[string]*pipe]
 	pipeCtx    context.Context
 	stopPipes  context.CancelFunc
@@ -262,7 +264,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			ClientName: "sluice", TopologyRefreshInterval: max(s.refresh, 0)}
 	}
 	s.seeds = append([]string(nil), cfg.Addrs...)
-	s.direct = !cfg.RueidisTakes && cfg.FlushDelay == 0 && cfg.MasterSet == "" && cfg.Wrap == nil
+	s.direct = !cfg.RueidisTakes && cfg.FlushDelay == 0 && cfg.MasterSet == ""
 	s.pipeCtx, s.stopPipes = context.WithCancel(context.Background())
 	s.pipes.Store(&map[string]*pipe{})
 	s.attempt = 3*dial + cmp.Or(cfg.ConnTimeout, defaultConnTimeout)
