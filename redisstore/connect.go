@@ -162,6 +162,7 @@ func (s *Store) serve(ctx context.Context, l *link) error {
 		return err
 	}
 	l.functions = s.preload(ctx, l.client)
+	s.openPipes(ctx, l)
 	s.link.Store(l)
 	if s.refresh > 0 && l.client.Mode() != rueidis.ClientModeStandalone {
 		s.mu.Lock()

@@ -47,6 +47,8 @@ type pipe struct {
 	mu   sync.Mutex
 	cur  *pipeConn // the connection up now; nil while down; guarded by mu
 	sent int64     // takes sent, for tests; guarded by mu
+	// dialled is closed when the first dial has ended, connected or not.
+	dialled chan struct{}
 }
 
 // pipeConn is one connection of a pipe. Its fields are guarded by the
@@ -101,18 +103,43 @@ func (s *Store) pipeOf(l *link, key string) *pipe {
 	if p := (*s.pipes.Load())[addr]; p != nil || addr == "" {
 		return p
 	}
+	return s.pipeAt(addr)
+}
+
+// pipeAt returns the pipe to addr, starting one if there is none; nil if
+// the store is closed.
+func (s *Store) pipeAt(addr string) *pipe {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := maps.Clone(*s.pipes.Load())
 	if p := m[addr]; p != nil || s.closed.Load() {
 		return p
 	}
-	p := &pipe{s: s, addr: addr}
+	p := &pipe{s: s, addr: addr, dialled: make(chan struct{})}
 	m[addr] = p
 	s.pipes.Store(&m)
 	s.pipesRun.Add(1)
 	go p.run()
 	return p
+}
+
+// openPipes starts the pipes to every node of the slot map and waits,
+// until ctx ends, for their first dials to end, so that the store serves
+// its first takes on them, and no dial of theirs is still under way (which
+// Stalled would count) once New returns.
+func (s *Store) openPipes(ctx context.Context, l *link) {
+	if !l.direct || !l.functions {
+		return
+	}
+	for _, addr := range s.topo.Load().addrs {
+		if p := s.pipeAt(addr); p != nil {
+			select {
+			case <-p.dialled:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // refreshSoon reads the slot map again in the background, unless a read
@@ -234,13 +261,18 @@ func answer(c *call) {
 func (p *pipe) run() {
 	defer p.s.pipesRun.Done()
 	wait := firstRetry
-	for {
+	for first := true; ; first = false {
 		pc, err := p.dial()
 		if err == nil {
 			wait = firstRetry
 			p.mu.Lock()
 			p.cur = pc
 			p.mu.Unlock()
+		}
+		if first {
+			close(p.dialled)
+		}
+		if err == nil {
 			err = p.read(pc)
 			p.broken(pc, err)
 		}

@@ -46,11 +46,11 @@ func TestPipeCarriesTakes(t *testing.T) {
 				for i := 0; s.Node(fmt.Sprint("w", i)) != addr || waitPipe(t, s, fmt.Sprint("w", i)) != addr; i++ {
 				}
 			}
-			before := redisstore.PipeTakes(s)
+			before, base := redisstore.PipeTakes(s), uniqueKey(t)
 			var wg sync.WaitGroup
 			for g := range 64 {
 				wg.Go(func() {
-					key := fmt.Sprintf("%s:%d", t.Name(), g)
+					key := fmt.Sprintf("%s:%d", base, g)
 					for i := range 20 {
 						req := &limit.Request{Key: key, Limits: []limit.Limit{perSecond("s", 1, 10)}}
 						d, err := s.Take(context.Background(), req)
@@ -171,7 +171,7 @@ func TestPipeKilledNode(t *testing.T) {
 func TestPipeCallerGivesUp(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s := newStore(t, redisstore.Config{Addrs: []string{srv.Addr()}})
-	req := &limit.Request{Key: "gives-up", Limits: []limit.Limit{{Name: "h", Count: 1, Period: time.Hour, Burst: 10}}}
+	req := &limit.Request{Key: uniqueKey(t), Limits: []limit.Limit{{Name: "h", Count: 1, Period: time.Hour, Burst: 10}}}
 	node := waitPipe(t, s, "warm")
 	take(t, s, req) // 9 left
 	if err := srv.Stop(); err != nil {
