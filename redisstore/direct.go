@@ -167,8 +167,12 @@ func (s *Store) refreshSoon() {
 }
 
 // take sends the take's FCALL in sc and waits for its reply. ok is false
-// when the pipe is down: nothing was sent.
+// when the pipe is down: nothing was sent. c is nil when ctx ended first;
+// a take whose ctx has already ended is not sent, as rueidis sends none.
 func (p *pipe) take(ctx context.Context, fn string, sc *scratch) (c *call, ok bool) {
+	if ctx.Err() != nil {
+		return nil, true
+	}
 	c = calls.Get().(*call)
 	p.mu.Lock()
 	pc := p.cur

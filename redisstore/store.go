@@ -566,7 +566,7 @@ func (s *Store) call(ctx context.Context, l *link, sc *scratch, req *limit.Reque
 		switch {
 		case !sent:
 		case c == nil:
-			err := context.Cause(ctx)
+			err := ctx.Err() // as rueidis answers
 			return 0, fail(classify(err), err)
 		default:
 			defer release(c)
