@@ -92,6 +92,12 @@ type redisError string
 
 func (e redisError) Error() string { return string(e) }
 
+// newRedisError is the error reply msg, without the "ERR " Redis starts
+// most with, as rueidis gives it.
+func newRedisError(msg []byte) redisError {
+	return redisError(strings.TrimPrefix(string(msg), "ERR "))
+}
+
 // pipeOf returns the pipe for a take of key through l, starting one if
 // there is none; nil if the take goes through rueidis or the store is
 // closed.
@@ -453,7 +459,7 @@ func readReply(br *bufio.Reader, r *reply) error {
 		}
 		switch kind {
 		case '-':
-			r.err = redisError(string(line))
+			r.err = newRedisError(line)
 			return nil
 		case '+':
 			r.kind, r.str = '+', append(r.str, line...)
@@ -463,7 +469,7 @@ func readReply(br *bufio.Reader, r *reply) error {
 				return err
 			}
 			if r.kind = '$'; kind == '!' {
-				r.kind, r.err = 0, redisError(string(r.str))
+				r.kind, r.err = 0, newRedisError(r.str)
 			}
 			return nil
 		case '*':

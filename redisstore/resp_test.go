@@ -26,6 +26,7 @@ func TestReadReply(t *testing.T) {
 		{"array of other", "*2\r\n$1\r\nx\r\n:2\r\n", '*', "", []int64{2}, true, ""},
 		{"nested", "*2\r\n*1\r\n:1\r\n%1\r\n+a\r\n:1\r\n", '*', "", nil, true, ""},
 		{"error", "-MOVED 3999 127.0.0.1:6381\r\n", 0, "", nil, false, "MOVED 3999 127.0.0.1:6381"},
+		{"ERR error", "-ERR sluice: invalid limit\r\n", 0, "", nil, false, "sluice: invalid limit"},
 		{"blob error", "!21\r\nSYNTAX invalid syntax\r\n", 0, "SYNTAX invalid syntax", nil, false, "SYNTAX invalid syntax"},
 		{"verbatim", "=7\r\ntxt:abc\r\n", '$', "txt:abc", nil, false, ""},
 		{"null", "_\r\n", '_', "", nil, false, ""},
