@@ -149,7 +149,7 @@ func (s *Store) openPipes(ctx context.Context, l *link) {
 }
 
 // refreshSoon reads the slot map again in the background, unless a read
-// is under way or the store is closing, after a MOVED.
+// is under way or the store is closing, after a MOVED or READONLY.
 func (s *Store) refreshSoon() {
 	if !s.refreshing.CompareAndSwap(false, true) {
 		return
@@ -167,7 +167,7 @@ func (s *Store) refreshSoon() {
 		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 		defer cancel()
 		if err := s.RefreshNodes(ctx); err != nil {
-			s.log.Warn("redis cluster slot map not refreshed after MOVED", "error", err)
+			s.log.Warn("redis cluster slot map not refreshed after MOVED or READONLY", "error", err)
 		}
 	}()
 }
@@ -591,18 +591,18 @@ func skip(br *bufio.Reader, kind byte, line []byte) error {
 
 // divert reports whether err, a take's error reply on a pipe, says the
 // call ran nothing there and rueidis should send it instead, which follows
-// redirects and retries as the cluster asks; moved that the slot map is
-// stale.
-func divert(err error) (yes, moved bool) {
+// redirects and retries as the cluster asks; stale that the slot map is
+// (MOVED, or READONLY from a primary failed over to a replica).
+func divert(err error) (yes, stale bool) {
 	var re redisError
 	if !errors.As(err, &re) {
 		return false, false
 	}
 	msg := string(re)
-	moved = strings.HasPrefix(msg, "MOVED")
+	stale = strings.HasPrefix(msg, "MOVED") || strings.HasPrefix(msg, "READONLY")
 	for _, p := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY"} {
 		if strings.HasPrefix(msg, p) {
-			return true, moved
+			return true, stale
 		}
 	}
 	return strings.Contains(msg, "Function not found"), false

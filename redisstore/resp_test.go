@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"bufio"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -66,4 +67,29 @@ func FuzzReadReply(f *testing.F) {
 		var r reply
 		readReply(bufio.NewReader(strings.NewReader(in)), &r)
 	})
+}
+
+// TestDivert: the replies that ran nothing on the node go through rueidis,
+// and those that say the slot map is stale read it again.
+func TestDivert(t *testing.T) {
+	for _, tt := range []struct {
+		err           error
+		divert, stale bool
+	}{
+		{redisError("MOVED 3999 127.0.0.1:6381"), true, true},
+		{redisError("READONLY You can't write against a read only replica."), true, true},
+		{redisError("ASK 3999 127.0.0.1:6381"), true, false},
+		{redisError("TRYAGAIN Multiple keys request during rehashing of slot"), true, false},
+		{redisError("CLUSTERDOWN The cluster is down"), true, false},
+		{redisError("LOADING Redis is loading the dataset in memory"), true, false},
+		{redisError("Function not found"), true, false},
+		{redisError("WRONGTYPE Operation against a key holding the wrong kind of value"), false, false},
+		{redisError("sluice: invalid limit"), false, false},
+		{errors.New("MOVED, but from the connection"), false, false},
+		{nil, false, false},
+	} {
+		if divert, stale := divert(tt.err); divert != tt.divert || stale != tt.stale {
+			t.Errorf("divert(%v) = %v, %v; want %v, %v", tt.err, divert, stale, tt.divert, tt.stale)
+		}
+	}
 }

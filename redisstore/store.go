@@ -570,8 +570,8 @@ func (s *Store) call(ctx context.Context, l *link, sc *scratch, req *limit.Reque
 			return 0, fail(classify(err), err)
 		default:
 			defer release(c)
-			if divert, moved := divert(c.r.err); divert {
-				if moved {
+			if divert, stale := divert(c.r.err); divert {
+				if stale {
 					s.refreshSoon()
 				}
 				break
