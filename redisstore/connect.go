@@ -49,6 +49,9 @@ type link struct {
 	// functions is true when every node loaded code.library, and takes
 	// call it with FCALL; false means EVALSHA of script.
 	functions bool
+	// direct is true when takes go on the store's own connections
+	// (direct.go) while they can.
+	direct bool
 }
 
 // Reconnection backs off from the first delay to the last, doubling.
@@ -108,15 +111,24 @@ func (s *Store) connect(ctx context.Context) error {
 		c, err := rueidis.NewClient(onePipe(s.opt))
 		ch <- result{c, err}
 	}()
-	var c rueidis.Client
+	var (
+		c      rueidis.Client
+		direct bool
+	)
 	select {
 	case r := <-ch:
 		if r.err != nil {
 			return s.connectError(r.err)
 		}
 		c = r.client
+		direct = s.direct
 		if s.wrap != nil {
-			c = s.wrap(c)
+			// A Wrap that wraps sees every command, takes included; one
+			// that returns the client as it is (a gateway not tracing)
+			// leaves takes to the store's own connections.
+			w := s.wrap(c)
+			direct = direct && w == c
+			c = w
 		}
 	case <-ctx.Done():
 		// NewClient's own steps are bounded (see above); this goroutine
@@ -135,7 +147,7 @@ func (s *Store) connect(ctx context.Context) error {
 		c.Close()
 		return s.connectError(fmt.Errorf("ping: %w", err))
 	}
-	if err := s.serve(ctx, &link{client: c}); err != nil {
+	if err := s.serve(ctx, &link{client: c, direct: direct}); err != nil {
 		c.Close()
 		return err
 	}
@@ -150,6 +162,7 @@ func (s *Store) serve(ctx context.Context, l *link) error {
 		return err
 	}
 	l.functions = s.preload(ctx, l.client)
+	s.openPipes(ctx, l)
 	s.link.Store(l)
 	if s.refresh > 0 && l.client.Mode() != rueidis.ClientModeStandalone {
 		s.mu.Lock()

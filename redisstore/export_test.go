@@ -58,3 +58,29 @@ func Writes(s *Store) int64 {
 	}
 	return n
 }
+
+// PipeUp reports whether s's own connection for takes to node addr is up
+// (direct.go).
+func PipeUp(s *Store, addr string) bool {
+	m := s.pipes.Load()
+	if m == nil || (*m)[addr] == nil {
+		return false
+	}
+	p := (*m)[addr]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur != nil
+}
+
+// PipeTakes reports how many takes s has sent on its own connections.
+func PipeTakes(s *Store) int64 {
+	var n int64
+	if m := s.pipes.Load(); m != nil {
+		for _, p := range *m {
+			p.mu.Lock()
+			n += p.sent
+			p.mu.Unlock()
+		}
+	}
+	return n
+}

@@ -21,35 +21,56 @@ import (
 //
 //	go test -run '^$' -bench FlushDelay -benchtime 20000x ./redisstore
 func BenchmarkFlushDelay(b *testing.B) {
+	for _, load := range []int{1, 8, 32} {
+		for _, delay := range []time.Duration{0, 20 * time.Microsecond, 100 * time.Microsecond} {
+			b.Run(fmt.Sprintf("goroutines-per-cpu=%d/delay=%v", load, delay), func(b *testing.B) {
+				benchTakes(b, redisstore.Config{Addrs: []string{standalone.Addr()}, FlushDelay: delay, RueidisTakes: true}, load)
+			})
+		}
+	}
+}
+
+// BenchmarkPipe compares takes on the store's own connections (the
+// default, direct.go) with takes through rueidis, at 1, 8 and 32
+// goroutines per CPU, with BenchmarkFlushDelay's metrics.
+//
+//	go test -run '^$' -bench Pipe -benchtime 20000x ./redisstore
+func BenchmarkPipe(b *testing.B) {
+	for _, load := range []int{1, 8, 32} {
+		for _, rueidis := range []bool{false, true} {
+			b.Run(fmt.Sprintf("goroutines-per-cpu=%d/rueidis=%v", load, rueidis), func(b *testing.B) {
+				benchTakes(b, redisstore.Config{Addrs: []string{standalone.Addr()}, RueidisTakes: rueidis}, load)
+			})
+		}
+	}
+}
+
+// benchTakes runs b.N takes of one token bucket over benchKeys keys
+// from load goroutines per CPU, and reports writes and CPU per take.
+func benchTakes(b *testing.B, cfg redisstore.Config, load int) {
 	var keys [benchKeys]string
 	for i := range keys {
 		keys[i] = fmt.Sprint("flush-", i)
 	}
-	for _, load := range []int{1, 8, 32} {
-		for _, delay := range []time.Duration{0, 20 * time.Microsecond, 100 * time.Microsecond} {
-			b.Run(fmt.Sprintf("goroutines-per-cpu=%d/delay=%v", load, delay), func(b *testing.B) {
-				s := newStore(b, redisstore.Config{Addrs: []string{standalone.Addr()}, FlushDelay: delay})
-				var next atomic.Int64
-				writes, cpu := redisstore.Writes(s), cpuTime()
-				b.SetParallelism(load)
-				b.ReportAllocs()
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					ctx := context.Background()
-					for pb.Next() {
-						req := limit.Request{Key: keys[next.Add(1)%benchKeys], Limits: benchLimits[:1]}
-						if _, err := s.Take(ctx, &req); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-				b.StopTimer()
-				b.ReportMetric(float64(redisstore.Writes(s)-writes)/float64(b.N), "writes/op")
-				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-			})
+	s := newStore(b, cfg)
+	var next atomic.Int64
+	writes, cpu := redisstore.Writes(s), cpuTime()
+	b.SetParallelism(load)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			req := limit.Request{Key: keys[next.Add(1)%benchKeys], Limits: benchLimits[:1]}
+			if _, err := s.Take(ctx, &req); err != nil {
+				b.Error(err)
+				return
+			}
 		}
-	}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(redisstore.Writes(s)-writes)/float64(b.N), "writes/op")
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 // cpuTime returns the CPU time this process has used, user and system, in

@@ -12,7 +12,9 @@
 //
 // The client is rueidis: it pipelines concurrent commands on one
 // connection per node without being asked, discovers a cluster from any
-// seed address and follows its slot map. The take is loaded once into
+// seed address and follows its slot map. Takes themselves go on a second
+// connection per node of the store's own, written by their callers
+// (direct.go), and through rueidis whenever that one cannot serve them. The take is loaded once into
 // every node as a Redis function library (FUNCTION LOAD) and called with
 // FCALL; a server older than Redis 7 runs it as a script by digest
 // (EVALSHA) instead.
@@ -98,10 +100,19 @@ type Config struct {
 	// figures. Zero means no delay. Either way each node gets one
 	// connection (see onePipe in connect.go).
 	FlushDelay time.Duration
+	// RueidisTakes, when true, sends takes through the rueidis client like
+	// every other command. False, the default, sends each take on a
+	// connection per node of the store's own, which its callers write
+	// themselves (see direct.go): less CPU a take. Under Sentinel, with a
+	// FlushDelay or with a Wrap that wraps, takes go through rueidis
+	// regardless.
+	RueidisTakes bool
 	// Wrap, if set, wraps each client the store dials before its first
 	// use, for instance with tracing.Redis for a span per command; the
-	// store uses and closes what Wrap returns. NewWithClient ignores it:
-	// wrap the client you pass instead.
+	// store uses and closes what Wrap returns. A Wrap that returns a
+	// client other than the one it was given sends takes through the
+	// client too (see RueidisTakes), so that it sees them.
+	// NewWithClient ignores it: wrap the client you pass instead.
 	Wrap func(rueidis.Client) rueidis.Client
 }
 
@@ -176,6 +187,16 @@ type Store struct {
 
 	scratch sync.Pool // *scratch, reused by Take to build its command
 
+	// pipes are the store's own connections for takes, by node address
+	// (direct.go); nil when takes go through rueidis alone. Copied on
+	// write under mu. pipeCtx ends with Close, which waits for pipesRun.
+	direct     bool // the configuration allows them; see link.direct
+	pipes      atomic.Pointer[map[string]*pipe]
+	pipeCtx    context.Context
+	stopPipes  context.CancelFunc
+	pipesRun   sync.WaitGroup
+	refreshing atomic.Bool // a refresh of the slot map after MOVED is under way
+
 	topo  atomic.Pointer[topology] // slot owners as last read; see NodeAddr
 	wires *wires                   // the client's connections, watched; see Stalled
 
@@ -243,6 +264,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			ClientName: "sluice", TopologyRefreshInterval: max(s.refresh, 0)}
 	}
 	s.seeds = append([]string(nil), cfg.Addrs...)
+	s.direct = !cfg.RueidisTakes && cfg.FlushDelay == 0 && cfg.MasterSet == ""
+	s.pipeCtx, s.stopPipes = context.WithCancel(context.Background())
+	s.pipes.Store(&map[string]*pipe{})
 	s.attempt = 3*dial + cmp.Or(cfg.ConnTimeout, defaultConnTimeout)
 	s.topo.Store(unknownTopology(s.unknownNode()))
 	if err := s.connect(ctx); err != nil {
@@ -358,6 +382,10 @@ func (s *Store) Close() {
 			stop()
 			<-done
 		}
+		if s.stopPipes != nil {
+			s.stopPipes()
+			s.pipesRun.Wait()
+		}
 		s.reloadMu.Lock()
 		s.stopping = true
 		s.reloadMu.Unlock()
@@ -384,6 +412,7 @@ type scratch struct {
 	keys []string
 	args []string
 	outs []limit.Outcome
+	ints []int64 // an array reply's integers, from rueidis
 }
 
 // build fills keys and args for a take of cost to want tokens (see
@@ -517,34 +546,95 @@ func (s *Store) take(ctx context.Context, req *limit.Request, want int64) (int64
 	sc := s.scratch.Get().(*scratch)
 	defer s.putScratch(sc)
 	sc.build(s.prefix, req, now, want)
-	resp := s.exec(ctx, l, sc.keys, sc.args)
-	if err := resp.Error(); err != nil {
-		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), classify(err), err)
-	}
-	var granted int64
-	msg, err := resp.ToMessage()
-	if err == nil {
-		if msg.IsString() {
-			states, _ := msg.ToString()
-			if len(req.Limits) == 1 && req.Limits[0].Alg() != limit.TokenBucket {
-				granted, sc.outs, err = parseOne(sc.outs[:0], states, cost)
-			} else {
-				granted = want
-				sc.outs, err = parseStates(sc.outs[:0], states, req.Limits)
-			}
-		} else {
-			var msgs []rueidis.RedisMessage
-			if msgs, err = msg.ToArray(); err == nil {
-				granted, sc.outs, err = parseReply(sc.outs[:0], msgs, req.Limits, cost, want)
-			}
-		}
-	}
+	granted, err := s.call(ctx, l, sc, req, cost, want)
 	if err != nil {
-		return 0, limit.Decision{}, fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), ErrReply, err)
+		return 0, limit.Decision{}, err
 	}
 	d := limit.DecideEach(sc.outs, req.Limits, cost)
 	d.Source = limit.FromRedis
 	return granted, d, nil
+}
+
+// call runs the take built in sc, on the node's pipe when it can (see
+// direct.go), else through rueidis, and decodes its reply into sc.outs.
+func (s *Store) call(ctx context.Context, l *link, sc *scratch, req *limit.Request, cost, want int64) (int64, error) {
+	fail := func(class, err error) error {
+		return fmt.Errorf("redisstore: take %d to %d tokens in slot %d: %w: %w", cost, want, Slot(req.Key), class, err)
+	}
+	if p := s.pipeOf(l, req.Key); p != nil {
+		c, sent := p.take(ctx, s.code.function, sc)
+		switch {
+		case !sent:
+		case c == nil:
+			err := ctx.Err() // as rueidis answers
+			return 0, fail(classify(err), err)
+		default:
+			defer release(c)
+			if divert, stale := divert(c.r.err); divert {
+				if stale {
+					s.refreshSoon()
+				}
+				break
+			}
+			if c.r.err != nil {
+				return 0, fail(classify(c.r.err), c.r.err)
+			}
+			granted, err := decodeReply(sc, c.r.kind != '*', c.r.str, c.r.ints, c.r.bad, req, cost, want)
+			if err != nil {
+				return 0, fail(ErrReply, err)
+			}
+			return granted, nil
+		}
+	}
+	resp := s.exec(ctx, l, sc.keys, sc.args)
+	if err := resp.Error(); err != nil {
+		return 0, fail(classify(err), err)
+	}
+	msg, err := resp.ToMessage()
+	if err == nil {
+		var granted int64
+		if msg.IsString() {
+			states, _ := msg.ToString()
+			granted, err = decodeReply(sc, true, states, nil, false, req, cost, want)
+		} else {
+			var msgs []rueidis.RedisMessage
+			if msgs, err = msg.ToArray(); err == nil {
+				bad := false
+				sc.ints = sc.ints[:0]
+				for i := range msgs {
+					v, err := msgs[i].ToInt64()
+					bad = bad || err != nil
+					sc.ints = append(sc.ints, v)
+				}
+				granted, err = decodeReply(sc, false, "", sc.ints, bad, req, cost, want)
+			}
+		}
+		if err == nil {
+			return granted, nil
+		}
+	}
+	return 0, fail(ErrReply, err)
+}
+
+// decodeReply checks and converts a take's reply, a string of states or an
+// array of integers (bad when it held anything else), into sc.outs, and
+// returns the tokens granted.
+func decodeReply[B string | []byte](sc *scratch, isString bool, states B, ints []int64, bad bool, req *limit.Request, cost, want int64) (int64, error) {
+	var granted int64
+	var err error
+	switch {
+	case !isString:
+		if bad {
+			return 0, errors.New("reply array holds an element that is not an integer")
+		}
+		granted, sc.outs, err = parseReply(sc.outs[:0], ints, req.Limits, cost, want)
+	case len(req.Limits) == 1 && req.Limits[0].Alg() != limit.TokenBucket:
+		granted, sc.outs, err = parseOne(sc.outs[:0], states, cost)
+	default:
+		granted = want
+		sc.outs, err = parseStates(sc.outs[:0], states, req.Limits)
+	}
+	return granted, err
 }
 
 // stateSize is the length of a token bucket's binary state: three
@@ -557,7 +647,7 @@ const stateSize = 24
 // limit in order (see lua/take.lua). A limit's outcome follows from the
 // credits it has left, as limit.Evaluate computes it: remaining is whole
 // tokens, reset the ms until the bucket is full again.
-func parseStates(outs []limit.Outcome, states string, limits []limit.Limit) ([]limit.Outcome, error) {
+func parseStates[B string | []byte](outs []limit.Outcome, states B, limits []limit.Limit) ([]limit.Outcome, error) {
 	if len(states) != stateSize*len(limits) {
 		return outs, fmt.Errorf("reply of %d bytes, want %d token-bucket states of %d bytes for %d limits", len(states), len(limits), stateSize, len(limits))
 	}
@@ -588,7 +678,7 @@ const oneSize = 32
 // parseOne checks and converts the reply to a take of cost from one limit
 // that is not a token bucket (see lua/take.lua), as parseReply does the
 // array form. It returns the tokens granted: cost when allowed.
-func parseOne(outs []limit.Outcome, reply string, cost int64) (int64, []limit.Outcome, error) {
+func parseOne[B string | []byte](outs []limit.Outcome, reply B, cost int64) (int64, []limit.Outcome, error) {
 	if len(reply) != oneSize {
 		return 0, outs, fmt.Errorf("reply of %d bytes, want %d for one limit", len(reply), oneSize)
 	}
@@ -630,23 +720,16 @@ func outcome(i int, v [4]int64) (limit.Outcome, error) {
 // (see lua/take.lua) and converts it, so that limit.DecideRequest combines
 // it as it does for every store. It returns the tokens granted, which the
 // enforced limits alone decide.
-func parseReply(outs []limit.Outcome, msgs []rueidis.RedisMessage, limits []limit.Limit, cost, want int64) (int64, []limit.Outcome, error) {
+func parseReply(outs []limit.Outcome, ints []int64, limits []limit.Limit, cost, want int64) (int64, []limit.Outcome, error) {
 	n := len(limits)
-	if len(msgs) != 1+4*n {
-		return 0, outs, fmt.Errorf("reply has %d elements, want %d for %d limits", len(msgs), 1+4*n, n)
+	if len(ints) != 1+4*n {
+		return 0, outs, fmt.Errorf("reply has %d elements, want %d for %d limits", len(ints), 1+4*n, n)
 	}
-	for i := range msgs {
-		if !msgs[i].IsInt64() {
-			return 0, outs, fmt.Errorf("reply element %d is not an integer", i)
-		}
-	}
-	granted, _ := msgs[0].ToInt64()
+	granted := ints[0]
 	allowedAll := true
 	var v [4]int64
 	for i := range n {
-		for j := range v {
-			v[j], _ = msgs[1+4*i+j].ToInt64()
-		}
+		copy(v[:], ints[1+4*i:])
 		o, err := outcome(i, v)
 		if err != nil {
 			return 0, outs, err
@@ -696,13 +779,22 @@ func classify(err error) error {
 		errors.As(err, &netErr) && netErr.Timeout():
 		return ErrTimeout
 	}
+	var msg string
 	if re, ok := rueidis.IsRedisErr(err); ok {
-		msg := re.Error()
+		msg = re.Error()
+	} else if re := redisError(""); errors.As(err, &re) {
+		msg = string(re) // from a pipe (direct.go)
+	}
+	if msg != "" {
 		if strings.Contains(msg, "sluice: invalid limit") {
 			return limit.ErrInvalid // the script's guard (lua/take.lua, spec)
 		}
-		_, moved := re.IsRedirect()
-		if moved || re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() || nodeWide(msg) {
+		for _, p := range []string{"REDIRECT", "CLUSTERDOWN", "TRYAGAIN", "LOADING"} {
+			if strings.HasPrefix(msg, p) {
+				return ErrUnavailable
+			}
+		}
+		if nodeWide(msg) {
 			return ErrUnavailable
 		}
 		return ErrReply

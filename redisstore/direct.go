@@ -1,0 +1,609 @@
+package redisstore
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Takes go to each node over a connection of the store's own (a pipe),
+// written by the callers themselves, not through rueidis (issue 28). With
+// rueidis every take is handed to the connection's writer goroutine and
+// its reply back from the reader: two goroutine wake-ups and a write(2) per
+// handful of takes. Here the caller appends its FCALL to the pipe's buffer
+// and, if no write is under way, yields once to the goroutines ready to
+// run and writes the buffer itself, again while more was appended
+// meanwhile ("group commit"): at most one write in flight per connection,
+// and the takes that arrive during the yield or the write go out together
+// in the next, with no timer. One reader goroutine per connection hands each
+// reply to its caller in order.
+//
+// A pipe serves only the take's FCALL on a known node. Anything else goes
+// through rueidis, which follows the cluster: a take while the pipe is not
+// up, a node the store cannot name, a take run as a script, and a reply
+// that says the call ran nothing here (MOVED, ASK, TRYAGAIN, CLUSTERDOWN,
+// LOADING, READONLY, Function not found), which rueidis then redirects or
+// retries as it does any command. A lost connection fails the takes it
+// owed with ErrUnavailable (each may have run) and is dialled again in the
+// background. Connections are dialled by wires.dial, so Stalled and Writes
+// see them as they see rueidis's.
+
+// pipe is the store's own connection to one node, and what it owes.
+type pipe struct {
+	s    *Store
+	addr string
+	mu   sync.Mutex
+	cur  *pipeConn // the connection up now; nil while down; guarded by mu
+	sent int64     // takes sent, for tests; guarded by mu
+	// dialled is closed when the first dial has ended, connected or not.
+	dialled chan struct{}
+}
+
+// pipeConn is one connection of a pipe. Its fields are guarded by the
+// pipe's mu.
+type pipeConn struct {
+	net.Conn
+	buf, spare []byte  // commands not yet written; the buffer being written
+	writing    bool    // a caller is writing buf (see pipe.take)
+	owed       []*call // calls whose replies are owed, in the order sent
+	head       int     // owed[head] is the next reply's call
+}
+
+// call is one take's wait for its reply. Pooled: the reader puts back the
+// calls whose callers gave up.
+type call struct {
+	state atomic.Int32  // waiting, gaveUp or answered
+	done  chan struct{} // the reply is in r
+	r     reply
+}
+
+const (
+	waiting int32 = iota
+	gaveUp
+	answered
+)
+
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// reply is a take's reply as read off the wire: a string (the states), an
+// array of integers, or an error, Redis's or the connection's.
+type reply struct {
+	kind byte    // the RESP type: '$' or '+' a string, '*' an array, 0 an error
+	str  []byte  // the string
+	ints []int64 // the array, when every element is an integer
+	bad  bool    // the array holds something else
+	err  error
+}
+
+// redisError is an error reply from Redis.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+
+// newRedisError is the error reply msg, without the "ERR " Redis starts
+// most with, as rueidis gives it.
+func newRedisError(msg []byte) redisError {
+	return redisError(strings.TrimPrefix(string(msg), "ERR "))
+}
+
+// pipeOf returns the pipe for a take of key through l, starting one if
+// there is none; nil if the take goes through rueidis or the store is
+// closed.
+func (s *Store) pipeOf(l *link, key string) *pipe {
+	if !l.direct || !l.functions {
+		return nil
+	}
+	addr := s.Node(key)
+	if p := (*s.pipes.Load())[addr]; p != nil || addr == "" {
+		return p
+	}
+	return s.pipeAt(addr)
+}
+
+// pipeAt returns the pipe to addr, starting one if there is none; nil if
+// the store is closed.
+func (s *Store) pipeAt(addr string) *pipe {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := maps.Clone(*s.pipes.Load())
+	if p := m[addr]; p != nil || s.closed.Load() {
+		return p
+	}
+	p := &pipe{s: s, addr: addr, dialled: make(chan struct{})}
+	m[addr] = p
+	s.pipes.Store(&m)
+	s.pipesRun.Add(1)
+	go p.run()
+	return p
+}
+
+// openPipes starts the pipes to every node of the slot map and waits,
+// until ctx ends, for their first dials to end, so that the store serves
+// its first takes on them, and no dial of theirs is still under way (which
+// Stalled would count) once New returns.
+func (s *Store) openPipes(ctx context.Context, l *link) {
+	if !l.direct || !l.functions {
+		return
+	}
+	for _, addr := range s.topo.Load().addrs {
+		if p := s.pipeAt(addr); p != nil {
+			select {
+			case <-p.dialled:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// refreshSoon reads the slot map again in the background, unless a read
+// is under way or the store is closing, after a MOVED or READONLY.
+func (s *Store) refreshSoon() {
+	if !s.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.stopping {
+		s.refreshing.Store(false)
+		return
+	}
+	s.reloads.Add(1)
+	go func() {
+		defer s.reloads.Done()
+		defer s.refreshing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+		defer cancel()
+		if err := s.RefreshNodes(ctx); err != nil {
+			s.log.Warn("redis cluster slot map not refreshed after MOVED or READONLY", "error", err)
+		}
+	}()
+}
+
+// take sends the take's FCALL in sc and waits for its reply. ok is false
+// when the pipe is down: nothing was sent. c is nil when ctx ended first;
+// a take whose ctx has already ended is not sent, as rueidis sends none.
+func (p *pipe) take(ctx context.Context, fn string, sc *scratch) (c *call, ok bool) {
+	if ctx.Err() != nil {
+		return nil, true
+	}
+	c = calls.Get().(*call)
+	p.mu.Lock()
+	pc := p.cur
+	if pc == nil {
+		p.mu.Unlock()
+		calls.Put(c)
+		return nil, false
+	}
+	pc.buf = appendFcall(pc.buf, fn, sc.keys, sc.args)
+	pc.owed = append(pc.owed, c)
+	p.sent++
+	if pc.writing {
+		p.mu.Unlock()
+	} else {
+		pc.writing = true
+		p.mu.Unlock()
+		// Let the goroutines ready to run go first: those that mean to
+		// take append meanwhile and share this write. No timer, and no
+		// wait when none is ready.
+		runtime.Gosched()
+		p.write(pc)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(waiting, gaveUp) {
+			return nil, true
+		}
+		<-c.done // answered meanwhile
+	}
+	return c, true
+}
+
+// release puts back a call whose reply its caller has read.
+func release(c *call) {
+	c.state.Store(waiting)
+	c.r.err = nil
+	calls.Put(c)
+}
+
+// write writes pc's buffer until nothing more is waiting in it. A failed
+// write closes pc; its reader then fails what pc owes (see run).
+func (p *pipe) write(pc *pipeConn) {
+	p.mu.Lock()
+	for p.cur == pc && len(pc.buf) > 0 {
+		b := pc.buf
+		pc.buf = pc.spare[:0]
+		p.mu.Unlock()
+		_, err := pc.Write(b)
+		p.mu.Lock()
+		pc.spare = b[:0]
+		if err != nil && p.cur == pc {
+			p.cur = nil
+			pc.Close()
+		}
+	}
+	pc.writing = false
+	p.mu.Unlock()
+}
+
+// broken closes pc and fails every call it owes with err. Only pc's
+// reader calls it: it may be reading into the next call's reply.
+func (p *pipe) broken(pc *pipeConn, err error) {
+	pc.Close()
+	p.mu.Lock()
+	if p.cur == pc {
+		p.cur = nil
+	}
+	owed := pc.owed[pc.head:]
+	pc.owed, pc.head, pc.buf = nil, 0, nil
+	p.mu.Unlock()
+	err = fmt.Errorf("connection to %s lost: %w", p.addr, err)
+	for _, c := range owed {
+		c.r.kind, c.r.err = 0, err
+		answer(c)
+	}
+}
+
+// answer hands c its reply, or puts it back if its caller gave up.
+func answer(c *call) {
+	if c.state.CompareAndSwap(waiting, answered) {
+		c.done <- struct{}{}
+	} else {
+		release(c)
+	}
+}
+
+// run dials the node, serves replies until the connection fails, and
+// dials again, backing off, until the store closes.
+func (p *pipe) run() {
+	defer p.s.pipesRun.Done()
+	wait := firstRetry
+	for first := true; ; first = false {
+		pc, err := p.dial()
+		if err == nil {
+			wait = firstRetry
+			p.mu.Lock()
+			p.cur = pc
+			p.mu.Unlock()
+		}
+		if first {
+			close(p.dialled)
+		}
+		if err == nil {
+			err = p.read(pc)
+			p.broken(pc, err)
+		}
+		if p.s.closed.Load() {
+			return
+		}
+		p.s.log.Debug("redis take connection down", "node", p.addr, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-p.s.pipeCtx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, lastRetry)
+	}
+}
+
+// dial connects to the node as the store's client does (wires.dial: the
+// dialer, TLS), and says HELLO in the client's protocol with its
+// credentials.
+func (p *pipe) dial() (*pipeConn, error) {
+	o := &p.s.opt
+	ctx, cancel := context.WithTimeout(p.s.pipeCtx, dialTimeout(&o.Dialer))
+	defer cancel()
+	conn, err := p.s.wires.dial(ctx, p.addr, &o.Dialer, o.TLSConfig)
+	if err != nil {
+		return nil, err
+	}
+	hello := []string{"HELLO", "3"}
+	if o.Password != "" {
+		hello = append(hello, "AUTH", cmp.Or(o.Username, "default"), o.Password)
+	}
+	hello = append(hello, "SETNAME", "sluice-takes")
+	conn.SetDeadline(time.Now().Add(dialTimeout(&o.Dialer)))
+	var r reply
+	if _, err = conn.Write(appendCommand(nil, hello...)); err == nil {
+		br := bufio.NewReader(conn)
+		if err = readReply(br, &r); err == nil {
+			err = r.err
+		}
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("HELLO: %w", err)
+	}
+	conn.SetDeadline(time.Time{})
+	return &pipeConn{Conn: conn}, nil
+}
+
+// read reads replies off pc and hands each to its call, until pc fails.
+// A connection that owes replies and has heard nothing for the store's
+// connection timeout is closed, as rueidis closes its own.
+func (p *pipe) read(pc *pipeConn) error {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { p.watch(pc, stop) })
+	defer wg.Wait()
+	defer close(stop)
+	br := bufio.NewReaderSize(pc, 16<<10)
+	var r reply // a reply read before its call was known, and its buffers
+	for {
+		p.mu.Lock()
+		var c *call
+		if pc.head < len(pc.owed) {
+			c = pc.owed[pc.head]
+		}
+		p.mu.Unlock()
+		rp := &r
+		if c != nil {
+			rp = &c.r
+		}
+		if err := readReply(br, rp); err != nil {
+			return err
+		}
+		if rp.kind == '>' {
+			continue // a push message: no call's reply
+		}
+		p.mu.Lock()
+		if c == nil && pc.head < len(pc.owed) {
+			// The call was sent while this reply was awaited.
+			c = pc.owed[pc.head]
+			c.r, r = r, c.r
+		}
+		if c == nil {
+			p.mu.Unlock()
+			return errors.New("a reply nothing was sent for")
+		}
+		pc.owed[pc.head] = nil
+		if pc.head++; pc.head == len(pc.owed) {
+			pc.owed, pc.head = pc.owed[:0], 0
+		} else if pc.head >= 1024 && pc.head*2 >= len(pc.owed) {
+			n := copy(pc.owed, pc.owed[pc.head:])
+			clear(pc.owed[n:])
+			pc.owed, pc.head = pc.owed[:n], 0
+		}
+		p.mu.Unlock()
+		answer(c)
+	}
+}
+
+// watch closes pc when it has owed replies for the connection timeout
+// and heard nothing, until stop is closed.
+func (p *pipe) watch(pc *pipeConn, stop chan struct{}) {
+	limit := p.s.opt.ConnWriteTimeout
+	t := time.NewTicker(limit / 4)
+	defer t.Stop()
+	w, _ := pc.Conn.(*wire)
+	if tc, ok := pc.Conn.(interface{ NetConn() net.Conn }); ok {
+		w, _ = tc.NetConn().(*wire)
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-p.s.pipeCtx.Done():
+			pc.Close()
+			return
+		case <-t.C:
+			if w != nil {
+				if since := w.owedSince.Load(); since != 0 && monotonic()-since >= int64(limit) && !w.heard(w.owedMark.Load()) {
+					pc.Close()
+				}
+			}
+		}
+	}
+}
+
+// appendFcall appends FCALL fn with keys and args to b, in RESP.
+func appendFcall(b []byte, fn string, keys, args []string) []byte {
+	b = appendHeader(b, '*', 3+len(keys)+len(args))
+	b = appendBulk(b, "FCALL")
+	b = appendBulk(b, fn)
+	b = appendHeader(b, '$', len(strconv.Itoa(len(keys))))
+	b = strconv.AppendInt(b, int64(len(keys)), 10)
+	b = append(b, "\r\n"...)
+	for _, k := range keys {
+		b = appendBulk(b, k)
+	}
+	for _, a := range args {
+		b = appendBulk(b, a)
+	}
+	return b
+}
+
+func appendCommand(b []byte, args ...string) []byte {
+	b = appendHeader(b, '*', len(args))
+	for _, a := range args {
+		b = appendBulk(b, a)
+	}
+	return b
+}
+
+func appendHeader(b []byte, kind byte, n int) []byte {
+	b = append(b, kind)
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, "\r\n"...)
+}
+
+func appendBulk(b []byte, s string) []byte {
+	b = appendHeader(b, '$', len(s))
+	b = append(b, s...)
+	return append(b, "\r\n"...)
+}
+
+// readReply reads one RESP2 or RESP3 reply into r. What a take's reply
+// cannot be is read and skipped, r.bad when inside an array.
+func readReply(br *bufio.Reader, r *reply) error {
+	r.kind, r.str, r.ints, r.bad, r.err = 0, r.str[:0], r.ints[:0], false, nil
+	for {
+		kind, line, err := readLine(br)
+		if err != nil {
+			return err
+		}
+		switch kind {
+		case '-':
+			r.err = newRedisError(line)
+			return nil
+		case '+':
+			r.kind, r.str = '+', append(r.str, line...)
+			return nil
+		case '$', '!', '=':
+			if r.str, err = readBulk(br, line, r.str); err != nil {
+				return err
+			}
+			if r.kind = '$'; kind == '!' {
+				r.kind, r.err = 0, newRedisError(r.str)
+			}
+			return nil
+		case '*':
+			n, err := atoi(line)
+			if err != nil {
+				return err
+			}
+			r.kind = '*'
+			for range n {
+				k, l, err := readLine(br)
+				if err != nil {
+					return err
+				}
+				if k != ':' {
+					r.bad = true
+					if err := skip(br, k, l); err != nil {
+						return err
+					}
+					continue
+				}
+				v, err := atoi(l)
+				if err != nil {
+					return err
+				}
+				r.ints = append(r.ints, v)
+			}
+			return nil
+		case '|': // attributes come before the reply they describe
+			if err := skip(br, kind, line); err != nil {
+				return err
+			}
+		default:
+			r.kind = kind
+			return skip(br, kind, line)
+		}
+	}
+}
+
+// readLine reads a RESP line, returning its type and the rest without
+// CRLF. The rest is valid until the next read.
+func readLine(br *bufio.Reader) (byte, []byte, error) {
+	b, err := br.ReadSlice('\n')
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(b) < 3 || b[len(b)-2] != '\r' {
+		return 0, nil, fmt.Errorf("malformed reply line %q", b)
+	}
+	return b[0], b[1 : len(b)-2], nil
+}
+
+// atoi reads a RESP length or integer.
+func atoi(b []byte) (int64, error) {
+	neg := len(b) > 1 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var n int64
+	for _, d := range b {
+		if d < '0' || d > '9' || n > (1<<63-1-9)/10 {
+			return 0, fmt.Errorf("malformed number %q", b)
+		}
+		n = n*10 + int64(d-'0')
+	}
+	if len(b) == 0 {
+		return 0, errors.New("empty number")
+	}
+	if neg {
+		n = -n
+	}
+	return n, nil
+}
+
+// readBulk reads the body of a bulk string of length line onto dst.
+func readBulk(br *bufio.Reader, line []byte, dst []byte) ([]byte, error) {
+	n64, err := atoi(line)
+	if err != nil || n64 < -1 || n64 > 512<<20 {
+		return dst, fmt.Errorf("malformed bulk length %q", line)
+	}
+	if n64 < 0 {
+		return dst, nil
+	}
+	n, start := int(n64), len(dst)
+	dst = slices.Grow(dst, n+2)[:start+n+2]
+	if _, err := io.ReadFull(br, dst[start:]); err != nil {
+		return dst, err
+	}
+	return dst[:start+n], nil
+}
+
+// skip reads past the rest of a reply of type kind whose line was line.
+func skip(br *bufio.Reader, kind byte, line []byte) error {
+	var n int64
+	switch kind {
+	case '$', '!', '=':
+		_, err := readBulk(br, line, nil)
+		return err
+	case '*', '~', '>':
+		n, _ = atoi(line)
+	case '%', '|':
+		n, _ = atoi(line)
+		n *= 2
+	case '+', '-', ':', '_', ',', '#', '(':
+		return nil
+	default:
+		return fmt.Errorf("unknown reply type %q", kind)
+	}
+	for range n {
+		k, l, err := readLine(br)
+		if err != nil {
+			return err
+		}
+		if err := skip(br, k, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// divert reports whether err, a take's error reply on a pipe, says the
+// call ran nothing there and rueidis should send it instead, which follows
+// redirects and retries as the cluster asks; stale that the slot map is
+// (MOVED, or READONLY from a primary failed over to a replica).
+func divert(err error) (yes, stale bool) {
+	var re redisError
+	if !errors.As(err, &re) {
+		return false, false
+	}
+	msg := string(re)
+	stale = strings.HasPrefix(msg, "MOVED") || strings.HasPrefix(msg, "READONLY")
+	for _, p := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY"} {
+		if strings.HasPrefix(msg, p) {
+			return true, stale
+		}
+	}
+	return strings.Contains(msg, "Function not found"), false
+}
