@@ -582,15 +582,21 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, c *credential)
 		return
 	}
 	key := r.PathValue("key")
+	// Rebalance swaps a published plan for a fresher one in place, under
+	// mu: read it there.
 	s.mu.Lock()
 	cur := s.cur
+	var plan *balancer.Plan
+	var version int64
+	if cur != nil {
+		plan, version = cur.plan, cur.version
+	}
 	s.mu.Unlock()
 	if cur == nil {
 		fail(w, http.StatusServiceUnavailable, errNoShares)
 		return
 	}
-	plan := cur.plan
-	ks := balancer.KeyShares{Key: key, Version: cur.version, Defaults: map[string]balancer.RegionShare{}, Up: map[string]bool{}}
+	ks := balancer.KeyShares{Key: key, Version: version, Defaults: map[string]balancer.RegionShare{}, Up: map[string]bool{}}
 	for i, reg := range plan.Regions {
 		ks.Up[reg] = plan.Up[i]
 		ks.Defaults[reg] = regionShare(plan.Defaults[i], plan.Totals[i])
