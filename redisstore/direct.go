@@ -44,6 +44,10 @@ import (
 type pipe struct {
 	s    *Store
 	addr string
+	// ctx ends when the store closes or the node leaves the slot map
+	// (retire): the pipe then dials no more.
+	ctx    context.Context
+	retire context.CancelFunc
 	mu   sync.Mutex
 	cur  *pipeConn // the connection up now; nil while down; guarded by mu
 	sent int64     // takes sent, for tests; guarded by mu
@@ -122,11 +126,28 @@ func (s *Store) pipeAt(addr string) *pipe {
 		return p
 	}
 	p := &pipe{s: s, addr: addr, dialled: make(chan struct{})}
+	p.ctx, p.retire = context.WithCancel(s.pipeCtx)
 	m[addr] = p
 	s.pipes.Store(&m)
 	s.pipesRun.Add(1)
 	go p.run()
 	return p
+}
+
+// keepPipes retires the pipes to nodes not in addrs (a primary that lost
+// its slots, a node removed), so that they are not dialled for ever: each
+// closes its connection once it owes no replies, and dials no more.
+func (s *Store) keepPipes(addrs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := maps.Clone(*s.pipes.Load())
+	for addr, p := range m {
+		if !slices.Contains(addrs, addr) {
+			p.retire()
+			delete(m, addr)
+		}
+	}
+	s.pipes.Store(&m)
 }
 
 // openPipes starts the pipes to every node of the slot map and waits,
@@ -286,13 +307,13 @@ func (p *pipe) run() {
 			err = p.read(pc)
 			p.broken(pc, err)
 		}
-		if p.s.closed.Load() {
+		if p.ctx.Err() != nil {
 			return
 		}
 		p.s.log.Debug("redis take connection down", "node", p.addr, "error", err)
 		t := time.NewTimer(wait)
 		select {
-		case <-p.s.pipeCtx.Done():
+		case <-p.ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
@@ -306,7 +327,7 @@ func (p *pipe) run() {
 // credentials.
 func (p *pipe) dial() (*pipeConn, error) {
 	o := &p.s.opt
-	ctx, cancel := context.WithTimeout(p.s.pipeCtx, dialTimeout(&o.Dialer))
+	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout(&o.Dialer))
 	defer cancel()
 	conn, err := p.s.wires.dial(ctx, p.addr, &o.Dialer, o.TLSConfig)
 	if err != nil {
@@ -385,7 +406,8 @@ func (p *pipe) read(pc *pipeConn) error {
 }
 
 // watch closes pc when it has owed replies for the connection timeout
-// and heard nothing, until stop is closed.
+// and heard nothing, when the store closes, and when the pipe is retired
+// and pc owes nothing, until stop is closed.
 func (p *pipe) watch(pc *pipeConn, stop chan struct{}) {
 	limit := p.s.opt.ConnWriteTimeout
 	t := time.NewTicker(limit / 4)
@@ -394,6 +416,7 @@ func (p *pipe) watch(pc *pipeConn, stop chan struct{}) {
 	if tc, ok := pc.Conn.(interface{ NetConn() net.Conn }); ok {
 		w, _ = tc.NetConn().(*wire)
 	}
+	retired := p.ctx.Done()
 	for {
 		select {
 		case <-stop:
@@ -401,7 +424,13 @@ func (p *pipe) watch(pc *pipeConn, stop chan struct{}) {
 		case <-p.s.pipeCtx.Done():
 			pc.Close()
 			return
+		case <-retired:
+			retired = nil // from now on, checked at each tick
 		case <-t.C:
+			if retired == nil && p.takeDown(pc) {
+				pc.Close()
+				return
+			}
 			if w != nil {
 				if since := w.owedSince.Load(); since != 0 && monotonic()-since >= int64(limit) && !w.heard(w.owedMark.Load()) {
 					pc.Close()
@@ -409,6 +438,21 @@ func (p *pipe) watch(pc *pipeConn, stop chan struct{}) {
 			}
 		}
 	}
+}
+
+// takeDown takes pc out of service if it owes no replies and has nothing
+// to write, so that a take still holding the retired pipe goes through
+// rueidis, and reports whether it did.
+func (p *pipe) takeDown(pc *pipeConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc.head < len(pc.owed) || len(pc.buf) > 0 || pc.writing {
+		return false
+	}
+	if p.cur == pc {
+		p.cur = nil
+	}
+	return true
 }
 
 // appendFcall appends FCALL fn with keys and args to b, in RESP.

@@ -253,3 +253,32 @@ func TestPipeOnlyUnwrapped(t *testing.T) {
 		})
 	}
 }
+
+// TestPipeRetired: a node that leaves the slot map has its take connection
+// closed once it owes nothing, and not dialled again (it used to be
+// redialled every 2 s for good); a take for a node still served opens a
+// new one.
+func TestPipeRetired(t *testing.T) {
+	srv := redistest.Standalone(t)
+	nodes := []*redistest.Server{srv}
+	s := newStore(t, redisstore.Config{Addrs: []string{srv.Addr()}, Prefix: "retire:"})
+	waitPipe(t, s, "k")
+	takes := func() int { return namedClients(t, nodes, "sluice-takes")[srv.Addr()] }
+	if got := takes(); got != 1 {
+		t.Fatalf("%d take connections before, want 1", got)
+	}
+	redisstore.KeepPipes(s, nil)
+	for deadline := time.Now().Add(5 * time.Second); takes() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the retired take connection is still open 5 s later")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // past the first redial's 100 ms
+	if got := takes(); got != 0 {
+		t.Fatalf("%d take connections 500 ms after retiring, want 0: the retired pipe dialled again", got)
+	}
+	waitPipe(t, s, "k")
+	if got := takes(); got != 1 {
+		t.Errorf("%d take connections after a take for the node, want 1", got)
+	}
+}

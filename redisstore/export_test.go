@@ -84,3 +84,7 @@ func PipeTakes(s *Store) int64 {
 	}
 	return n
 }
+
+// KeepPipes retires s's take connections to nodes not in addrs, as a read
+// of the slot map without them does.
+func KeepPipes(s *Store, addrs []string) { s.keepPipes(addrs) }

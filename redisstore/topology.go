@@ -107,6 +107,7 @@ func (s *Store) readNodes(ctx context.Context, l *link) error {
 		s.log.Info("redis cluster slot map read", "primaries", t.addrs)
 	}
 	s.topo.Store(t)
+	s.keepPipes(t.addrs)
 	return nil
 }
 

@@ -122,9 +122,16 @@ func TestOneConnectionPerNode(t *testing.T) {
 	}
 }
 
-// sluiceClients counts, per node, the connections named "sluice" in
-// CLIENT LIST.
+// sluiceClients counts, per node, the connections named "sluice" (the
+// store's rueidis client) in CLIENT LIST.
 func sluiceClients(t *testing.T, nodes []*redistest.Server) map[string]int {
+	t.Helper()
+	return namedClients(t, nodes, "sluice")
+}
+
+// namedClients counts, per node, the connections called name in CLIENT
+// LIST.
+func namedClients(t *testing.T, nodes []*redistest.Server, name string) map[string]int {
 	t.Helper()
 	n := map[string]int{}
 	for _, node := range nodes {
@@ -136,7 +143,7 @@ func sluiceClients(t *testing.T, nodes []*redistest.Server) map[string]int {
 		if !ok {
 			t.Fatalf("CLIENT LIST on %s: got %T, want a string", node.Addr(), v)
 		}
-		n[node.Addr()] = strings.Count(list, " name=sluice ")
+		n[node.Addr()] = strings.Count(list, " name="+name+" ")
 	}
 	return n
 }
