@@ -140,8 +140,8 @@ type Config struct {
 	Slack float64
 	// Fleet is how many gateways share the limits: while a node is down
 	// each enforces slack / size of every limit, the size read at the
-	// shard's first local answer (see shard.fleet). The zero value is a
-	// fleet of one.
+	// shard's first local answer and kept until a call to the shard
+	// succeeds again. The zero value is a fleet of one.
 	Fleet limit.Fleet
 	// Shard names the shard that holds key's limits. One breaker serves
 	// each name. Nil means the remote's Node method when it is a [Nodes],

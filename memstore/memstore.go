@@ -89,8 +89,10 @@ func (s *Store) clock(req *limit.Request) int64 {
 }
 
 // Take implements limit.Store. req must be valid (limit.Request.Validate):
-// the store refuses only what usable does, with an error matching
-// limit.ErrInvalid, so it never returns an error for a valid request.
+// the store refuses only what would break it (no limits, a negative cost,
+// a zero rate or period, a sliding log over limit.MaxLogCount), with an
+// error matching limit.ErrInvalid, so it never returns an error for a
+// valid request. It neither keeps nor modifies req.
 func (s *Store) Take(_ context.Context, req *limit.Request) (limit.Decision, error) {
 	now := s.clock(req)
 	if d, ok := s.takeKnown(now, req); ok {

@@ -12,7 +12,8 @@ import (
 // known: delta is the true cost less the estimate taken. A positive delta
 // is taken from every enforced limit of req whatever they hold, leaving a
 // token bucket or GCRA limit in debt and a window full (SettleState says
-// how). A negative delta is given back (GiveBack). req.Cost is ignored;
+// how). A negative delta is given back (GiveBack). Zero changes nothing.
+// req.Cost is ignored;
 // shadow limits are left alone. It never returns an error for a valid
 // request.
 func (s *Store) Settle(ctx context.Context, req *limit.Request, delta int64) (Settled, error) {

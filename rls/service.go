@@ -73,8 +73,9 @@ type Config struct {
 	// were granted when another of its descriptors refused it: each
 	// descriptor is its own key, on its own cluster shard, taken in its
 	// own atomic call, all at once (see docs/envoy.md). Nil means Store,
-	// when it is a GiveBacker (memstore, redisstore); for a Store that is
-	// not, grants stay taken, as envoyproxy/ratelimit keeps them.
+	// when it is a GiveBacker (memstore, redisstore, a pipeline), or the
+	// redisstore under a stack that names one (a Redis method); for any
+	// other Store, grants stay taken, as envoyproxy/ratelimit keeps them.
 	GiveBack GiveBacker
 	// OneKeyPerDomain keeps every descriptor of a domain under one key, as
 	// sluice did before: one atomic call per cost takes a request's
