@@ -282,3 +282,21 @@ func TestPipeRetired(t *testing.T) {
 		t.Errorf("%d take connections after a take for the node, want 1", got)
 	}
 }
+
+// TestUnknownCommandRecognised: the reply of a node that lacks a command,
+// as rueidis gives it (without "ERR "), reads as one, so that a node before
+// Redis 7 (no FUNCTION) is taken for what it is, not logged as a failure.
+func TestUnknownCommandRecognised(t *testing.T) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{standalone.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Do(t.Context(), c.B().Arbitrary("NOSUCHCOMMAND").Build()).Error()
+	if !redisstore.IsUnknownCommand(err) {
+		t.Errorf("isUnknownCommand(%q) = false, want true", err)
+	}
+	if err := c.Do(t.Context(), c.B().Arbitrary("FCALL").Args("nosuchfunction", "0").Build()).Error(); redisstore.IsUnknownCommand(err) {
+		t.Errorf("isUnknownCommand(%q) = true, want false", err)
+	}
+}

@@ -88,3 +88,6 @@ func PipeTakes(s *Store) int64 {
 // KeepPipes retires s's take connections to nodes not in addrs, as a read
 // of the slot map without them does.
 func KeepPipes(s *Store, addrs []string) { s.keepPipes(addrs) }
+
+// IsUnknownCommand is isUnknownCommand, for a test with a real reply.
+var IsUnknownCommand = isUnknownCommand

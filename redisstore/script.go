@@ -191,10 +191,11 @@ func isFunctionMissing(err error) bool {
 }
 
 // isUnknownCommand reports whether err is a node that does not know a
-// command (FUNCTION before Redis 7).
+// command (FUNCTION before Redis 7). rueidis drops the "ERR " the reply
+// starts with.
 func isUnknownCommand(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
-	return ok && strings.HasPrefix(re.Error(), "ERR unknown command")
+	return ok && strings.HasPrefix(strings.TrimPrefix(re.Error(), "ERR "), "unknown command")
 }
 
 // isReadOnly reports whether err is a replica refusing a write.
