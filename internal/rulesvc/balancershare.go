@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/balancer"
-	"github.com/sluice-rl/sluice/internal/longpoll"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/share"
 )
@@ -37,13 +36,23 @@ func (b *BalancerShares) sharesOf(ctx context.Context, storeKey, region string) 
 	if err != nil {
 		return nil, fmt.Errorf("balancer: %w", err)
 	}
-	resp, err := longpoll.Do(hc, req, b.Token)
+	if b.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+b.Token)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("balancer: shares of %s: %w", storeKey, err)
+		return nil, fmt.Errorf("balancer: %w", err)
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("balancer: read the shares of %s: %w", storeKey, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("balancer: shares of %s: %s: %s", storeKey, resp.Status, strings.TrimSpace(string(body)))
+	}
 	var ks balancer.KeyShares
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&ks); err != nil {
+	if err := json.Unmarshal(body, &ks); err != nil {
 		return nil, fmt.Errorf("balancer: shares of %s: %w", storeKey, err)
 	}
 	def, ok := ks.Defaults[region]

@@ -152,6 +152,9 @@ func (s *Service) evaluate(ctx context.Context) error {
 		if st == "" {
 			return nil
 		}
+		if err := s.decide(ctx, tx, "sluice", v, st, reason, &compared, map[string]any{"canary_counts": can, "rest_counts": rest}); err != nil {
+			return err
+		}
 		changed = true
 		if compared {
 			s.log.Info("rules service: rollout decided", "version", v, "state", st, "reason", reason)
@@ -159,7 +162,7 @@ func (s *Service) evaluate(ctx context.Context) error {
 			uncompared = true
 			s.log.Warn("rules service: canary promoted without comparison", "version", v, "reason", reason)
 		}
-		return s.decide(ctx, tx, "sluice", v, st, reason, &compared, map[string]any{"canary_counts": can, "rest_counts": rest})
+		return nil
 	})
 	if err != nil {
 		return err

@@ -367,7 +367,6 @@ func (s *Service) every(ctx context.Context, d time.Duration, f func(context.Con
 }
 
 // refresh prunes what is past its retention, and reloads.
-// reloads.
 func (s *Service) refresh(ctx context.Context) error {
 	for _, p := range []struct {
 		table, column string
