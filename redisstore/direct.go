@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -48,9 +49,11 @@ type pipe struct {
 	// (retire): the pipe then dials no more.
 	ctx    context.Context
 	retire context.CancelFunc
-	mu   sync.Mutex
-	cur  *pipeConn // the connection up now; nil while down; guarded by mu
-	sent int64     // takes sent, for tests; guarded by mu
+	mu     sync.Mutex
+	cur    *pipeConn // the connection up now; nil while down; guarded by mu
+	// writers are the writes handed off by callers whose context ended.
+	writers sync.WaitGroup
+	sent    int64 // takes sent, for tests; guarded by mu
 	// dialled is closed when the first dial has ended, connected or not.
 	dialled chan struct{}
 }
@@ -140,6 +143,9 @@ func (s *Store) pipeAt(addr string) *pipe {
 func (s *Store) keepPipes(addrs []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.pipes.Load() == nil {
+		return // a caller's client (NewWithClient): no pipes
+	}
 	m := maps.Clone(*s.pipes.Load())
 	for addr, p := range m {
 		if !slices.Contains(addrs, addr) {
@@ -220,7 +226,7 @@ func (p *pipe) take(ctx context.Context, fn string, sc *scratch) (c *call, ok bo
 		// take append meanwhile and share this write. No timer, and no
 		// wait when none is ready.
 		runtime.Gosched()
-		p.write(pc)
+		p.write(ctx, pc)
 	}
 	select {
 	case <-c.done:
@@ -241,16 +247,30 @@ func release(c *call) {
 }
 
 // write writes pc's buffer until nothing more is waiting in it. A failed
-// write closes pc; its reader then fails what pc owes (see run).
-func (p *pipe) write(pc *pipeConn) {
+// write closes pc; its reader then fails what pc owes (see run). The
+// caller waits on the socket no longer than its ctx (a frozen node with
+// full socket buffers blocks a write): once ctx has ended, what is left
+// goes on in a goroutine of the pipe's (p.writers), so that the stream
+// stays whole and the caller returns.
+func (p *pipe) write(ctx context.Context, pc *pipeConn) {
 	p.mu.Lock()
 	for p.cur == pc && len(pc.buf) > 0 {
-		b := pc.buf
+		if ctx.Err() != nil {
+			p.handOff(pc, nil, nil)
+			p.mu.Unlock()
+			return
+		}
+		full := pc.buf
 		pc.buf = pc.spare[:0]
 		p.mu.Unlock()
-		_, err := pc.Write(b)
+		rest, err := p.writeSome(ctx, pc, full)
 		p.mu.Lock()
-		pc.spare = b[:0]
+		if len(rest) > 0 && err == nil {
+			p.handOff(pc, rest, full)
+			p.mu.Unlock()
+			return
+		}
+		pc.spare = full[:0]
 		if err != nil && p.cur == pc {
 			p.cur = nil
 			pc.Close()
@@ -258,6 +278,51 @@ func (p *pipe) write(pc *pipeConn) {
 	}
 	pc.writing = false
 	p.mu.Unlock()
+}
+
+// writeSome writes b until it is written, a write fails (err), or ctx
+// ends (the rest returned, err nil). No write waits longer than the
+// connection's write timeout.
+func (p *pipe) writeSome(ctx context.Context, pc *pipeConn, b []byte) ([]byte, error) {
+	for len(b) > 0 {
+		dl := time.Now().Add(p.s.opt.ConnWriteTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
+		}
+		pc.SetWriteDeadline(dl)
+		n, err := pc.Write(b)
+		b = b[n:]
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+				return b, nil
+			}
+			return b, err
+		}
+	}
+	return nil, nil
+}
+
+// handOff has a goroutine of the pipe's write rest (of full) and then the
+// buffer, as write would, for a caller whose context ended. p.mu is held;
+// pc.writing stays true meanwhile. On TLS a write past its deadline
+// leaves the connection unusable: the goroutine's write then fails and
+// closes it, and what it owed fails with ErrUnavailable, as it would once
+// watch closed it.
+func (p *pipe) handOff(pc *pipeConn, rest, full []byte) {
+	p.writers.Go(func() {
+		ctx := context.Background() // bounded by the write timeout
+		if len(rest) > 0 {
+			_, err := p.writeSome(ctx, pc, rest)
+			p.mu.Lock()
+			pc.spare = full[:0]
+			if err != nil && p.cur == pc {
+				p.cur = nil
+				pc.Close()
+			}
+			p.mu.Unlock()
+		}
+		p.write(ctx, pc)
+	})
 }
 
 // broken closes pc and fails every call it owes with err. Only pc's
@@ -306,6 +371,7 @@ func (p *pipe) run() {
 		if err == nil {
 			err = p.read(pc)
 			p.broken(pc, err)
+			p.writers.Wait() // pc is closed: their writes fail
 		}
 		if p.ctx.Err() != nil {
 			return
@@ -522,10 +588,17 @@ func readReply(br *bufio.Reader, r *reply) error {
 				return err
 			}
 			r.kind = '*'
-			for range n {
+			for i := int64(0); i < n; i++ {
 				k, l, err := readLine(br)
 				if err != nil {
 					return err
+				}
+				if k == '|' { // an attribute, then the element it describes
+					if err := skip(br, k, l); err != nil {
+						return err
+					}
+					i--
+					continue
 				}
 				if k != ':' {
 					r.bad = true
@@ -588,20 +661,32 @@ func atoi(b []byte) (int64, error) {
 }
 
 // readBulk reads the body of a bulk string of length line onto dst.
+// The length is the server's word: memory grows with the bytes that
+// arrive, never ahead of them by more than a chunk.
 func readBulk(br *bufio.Reader, line []byte, dst []byte) ([]byte, error) {
-	n64, err := atoi(line)
-	if err != nil || n64 < -1 || n64 > 512<<20 {
-		return dst, fmt.Errorf("malformed bulk length %q", line)
-	}
-	if n64 < 0 {
-		return dst, nil
-	}
-	n, start := int(n64), len(dst)
-	dst = slices.Grow(dst, n+2)[:start+n+2]
-	if _, err := io.ReadFull(br, dst[start:]); err != nil {
+	n64, err := bulkLen(line)
+	if err != nil || n64 < 0 {
 		return dst, err
 	}
+	n, start := int(n64), len(dst)
+	for left := n + 2; left > 0; {
+		k, at := min(left, 64<<10), len(dst)
+		dst = slices.Grow(dst, k)[:at+k]
+		if _, err := io.ReadFull(br, dst[at:]); err != nil {
+			return dst[:at], err
+		}
+		left -= k
+	}
 	return dst[:start+n], nil
+}
+
+// bulkLen is a bulk string's length, -1 for a null.
+func bulkLen(line []byte) (int64, error) {
+	n, err := atoi(line)
+	if err != nil || n < -1 || n > 512<<20 {
+		return 0, fmt.Errorf("malformed bulk length %q", line)
+	}
+	return n, nil
 }
 
 // skip reads past the rest of a reply of type kind whose line was line.
@@ -609,7 +694,10 @@ func skip(br *bufio.Reader, kind byte, line []byte) error {
 	var n int64
 	switch kind {
 	case '$', '!', '=':
-		_, err := readBulk(br, line, nil)
+		n, err := bulkLen(line)
+		if err == nil && n >= 0 {
+			_, err = br.Discard(int(n) + 2)
+		}
 		return err
 	case '*', '~', '>':
 		n, _ = atoi(line)
@@ -621,13 +709,16 @@ func skip(br *bufio.Reader, kind byte, line []byte) error {
 	default:
 		return fmt.Errorf("unknown reply type %q", kind)
 	}
-	for range n {
+	for i := int64(0); i < n; i++ {
 		k, l, err := readLine(br)
 		if err != nil {
 			return err
 		}
 		if err := skip(br, k, l); err != nil {
 			return err
+		}
+		if k == '|' {
+			i-- // an attribute is not one of the aggregate's elements
 		}
 	}
 	return nil

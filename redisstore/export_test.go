@@ -91,3 +91,13 @@ func KeepPipes(s *Store, addrs []string) { s.keepPipes(addrs) }
 
 // IsUnknownCommand is isUnknownCommand, for a test with a real reply.
 var IsUnknownCommand = isUnknownCommand
+
+// PipeAddrs lists the nodes s keeps a connection for takes to, up or
+// redialling (direct.go).
+func PipeAddrs(s *Store) []string {
+	var addrs []string
+	for addr := range *s.pipes.Load() {
+		addrs = append(addrs, addr)
+	}
+	return addrs
+}
