@@ -283,24 +283,43 @@ func (p *pipe) write(ctx context.Context, pc *pipeConn) {
 // writeSome writes b until it is written, a write fails (err), or ctx
 // ends (the rest returned, err nil). No write waits longer than the
 // connection's write timeout.
+//
+// A context that ends without a deadline (the guard's, when it judges
+// the node silent) cannot move the socket's deadline, so over plain TCP
+// a write waits in slices of writeSlice and looks at ctx between them; a
+// write cut short by a deadline loses nothing there. Over TLS it does (a
+// timed-out write leaves the connection unusable), so a TLS write waits
+// for ctx's deadline or the write timeout at once.
 func (p *pipe) writeSome(ctx context.Context, pc *pipeConn, b []byte) ([]byte, error) {
 	for len(b) > 0 {
-		dl := time.Now().Add(p.s.opt.ConnWriteTimeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-			dl = d
+		limit := time.Now().Add(p.s.opt.ConnWriteTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(limit) {
+			limit = d
+		}
+		dl := limit
+		if slice := time.Now().Add(writeSlice); p.s.opt.TLSConfig == nil && slice.Before(dl) {
+			dl = slice
 		}
 		pc.SetWriteDeadline(dl)
 		n, err := pc.Write(b)
 		b = b[n:]
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+			switch {
+			case !errors.Is(err, os.ErrDeadlineExceeded):
+			case ctx.Err() != nil:
 				return b, nil
+			case dl.Before(limit):
+				continue // a slice ended; ctx has not
 			}
 			return b, err
 		}
 	}
 	return nil, nil
 }
+
+// writeSlice is how long a write over plain TCP waits before it looks
+// at its caller's context again.
+const writeSlice = 5 * time.Millisecond
 
 // handOff has a goroutine of the pipe's write rest (of full) and then the
 // buffer, as write would, for a caller whose context ended. p.mu is held;

@@ -14,7 +14,8 @@ import (
 
 // TestPipeWriterHonoursContext: on a frozen server whose socket buffers
 // are full, the caller that writes the pipe's buffer must still return
-// when its context ends, as every other caller does.
+// when its context ends, by its deadline or cancelled without one, as
+// every other caller does.
 func TestPipeWriterHonoursContext(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s := newStore(t, redisstore.Config{Addrs: []string{srv.Addr()}, ConnTimeout: 3 * time.Second})
@@ -26,6 +27,12 @@ func TestPipeWriterHonoursContext(t *testing.T) {
 	req := &limit.Request{Key: strings.Repeat("k", 1<<20), Limits: []limit.Limit{perSecond("s", 1000, 1000)}}
 	for i := range 40 {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		if i%2 == 1 {
+			// A context cancelled with no deadline, as the guard ends the
+			// calls of a node it judges silent.
+			ctx, cancel = context.WithCancel(context.Background())
+			time.AfterFunc(50*time.Millisecond, cancel)
+		}
 		start := time.Now()
 		_, err := s.Take(ctx, req)
 		cancel()
