@@ -25,6 +25,7 @@ type redisFlags struct {
 	tls          bool
 	tlsFiles     redisstore.TLSFiles
 	flushDelay   time.Duration
+	takeConns    bool
 }
 
 // addRedisFlags registers the Redis connection flags on fs and returns
@@ -42,6 +43,8 @@ func addRedisFlags(fs *flag.FlagSet) *redisFlags {
 	fs.StringVar(&f.tlsFiles.ServerName, "redis-tls-server-name", "", "`name` Redis's certificates must hold; empty checks each node's host; implies --redis-tls")
 	fs.DurationVar(&f.flushDelay, "redis-flush-delay", 0, "coalesce Redis writes: one connection per node whose writer waits up to this long after each write to gather more takes into it; "+
 		"fewer system calls per decision under load, up to this much added latency (docs/redis.md, Write coalescing); 0 for none")
+	fs.BoolVar(&f.takeConns, "redis-take-connections", true, "send takes on a connection per Redis node of sluice's own, written by the requests themselves (less CPU a decision); "+
+		"false sends them through the Redis client with every other command, as before (docs/redis.md, Takes on the store's own connections)")
 	return f
 }
 
@@ -65,6 +68,7 @@ func (f *redisFlags) Config(getenv func(string) string) (redisstore.Config, erro
 		return redisstore.Config{}, fmt.Errorf("--redis: %w", err)
 	}
 	cfg.FlushDelay = f.flushDelay
+	cfg.RueidisTakes = !f.takeConns
 	if f.username != "" {
 		if cfg.Username != "" && cfg.Username != f.username {
 			return redisstore.Config{}, fmt.Errorf("--redis-username %q and the user %q in --redis differ; give one", f.username, cfg.Username)

@@ -23,6 +23,7 @@ func TestRedisFlags(t *testing.T) {
 		tls        bool
 		clientCert bool
 		flushDelay time.Duration
+		rueidis    bool // RueidisTakes
 	}{
 		{name: "none"},
 		{name: "plain", args: []string{"--redis", "a:1,b:2"}, addrs: []string{"a:1", "b:2"}},
@@ -35,6 +36,7 @@ func TestRedisFlags(t *testing.T) {
 		{name: "mutual TLS", args: []string{"--redis", "a:1", "--redis-tls-ca", certs.CA, "--redis-tls-cert", certs.ClientCert, "--redis-tls-key", certs.ClientKey},
 			addrs: []string{"a:1"}, tls: true, clientCert: true},
 		{name: "write coalescing", args: []string{"--redis", "a:1", "--redis-flush-delay", "20us"}, addrs: []string{"a:1"}, flushDelay: 20 * time.Microsecond},
+		{name: "takes through rueidis", args: []string{"--redis", "a:1", "--redis-take-connections=false"}, addrs: []string{"a:1"}, rueidis: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,6 +65,9 @@ func TestRedisFlags(t *testing.T) {
 			}
 			if cfg.FlushDelay != tt.flushDelay {
 				t.Errorf("FlushDelay = %v, want %v", cfg.FlushDelay, tt.flushDelay)
+			}
+			if cfg.RueidisTakes != tt.rueidis {
+				t.Errorf("RueidisTakes = %v, want %v", cfg.RueidisTakes, tt.rueidis)
 			}
 		})
 	}
