@@ -178,25 +178,11 @@ func (s *Store) openPipes(ctx context.Context, l *link) {
 // refreshSoon reads the slot map again in the background, unless a read
 // is under way or the store is closing, after a MOVED or READONLY.
 func (s *Store) refreshSoon() {
-	if !s.refreshing.CompareAndSwap(false, true) {
-		return
-	}
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	if s.stopping {
-		s.refreshing.Store(false)
-		return
-	}
-	s.reloads.Add(1)
-	go func() {
-		defer s.reloads.Done()
-		defer s.refreshing.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
-		defer cancel()
+	s.background(&s.refreshing, func(ctx context.Context) {
 		if err := s.RefreshNodes(ctx); err != nil {
 			s.log.Warn("redis cluster slot map not refreshed after MOVED or READONLY", "error", err)
 		}
-	}()
+	})
 }
 
 // take sends the take's FCALL in sc and waits for its reply. ok is false

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -159,28 +160,35 @@ func (s *Store) reload(l *link) {
 	if last := s.lastReload.Load(); last != 0 && time.Since(time.Unix(0, last)) < reloadEvery {
 		return
 	}
-	if !s.reloading.CompareAndSwap(false, true) {
-		return
-	}
-	s.lastReload.Store(time.Now().UnixNano())
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	if s.stopping {
-		s.reloading.Store(false)
-		return
-	}
-	s.reloads.Add(1)
-	go func() {
-		defer s.reloads.Done()
-		defer s.reloading.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
-		defer cancel()
+	s.background(&s.reloading, func(ctx context.Context) {
+		s.lastReload.Store(time.Now().UnixNano())
 		for addr, node := range l.client.Nodes() {
 			if err := loadLibrary(ctx, node, s.code.library); err != nil && !isReadOnly(err) {
 				s.log.Warn("redis function library not reloaded; takes on the node run as scripts meanwhile", "node", addr, "error", err)
 			}
 		}
-	}()
+	})
+}
+
+// background runs f in a goroutine, within reloadTimeout, unless busy
+// says one like it is under way or the store is closing. busy is set
+// while it runs, and Close waits for it (s.reloads).
+func (s *Store) background(busy *atomic.Bool, f func(ctx context.Context)) {
+	if !busy.CompareAndSwap(false, true) {
+		return
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.stopping {
+		busy.Store(false)
+		return
+	}
+	s.reloads.Go(func() {
+		defer busy.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+		defer cancel()
+		f(ctx)
+	})
 }
 
 // isFunctionMissing reports whether err is a node saying it has no such

@@ -179,7 +179,7 @@ type Store struct {
 	// reloadMu guards stopping, and reloads.Add against reloads.Wait.
 	reloadMu sync.Mutex
 	stopping bool           // set by Close: start no more reloads
-	reloads  sync.WaitGroup // reloads under way; Close waits for them
+	reloads  sync.WaitGroup // reloads and slot-map reads under way (background); Close waits for them
 	prefix   string
 	now      func() time.Time
 	log      *slog.Logger
