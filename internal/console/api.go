@@ -1,9 +1,11 @@
 package console
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"net/http"
-	"net/http/httptest"
+	"strconv"
 
 	"github.com/sluice-rl/sluice/admin"
 )
@@ -20,17 +22,54 @@ func (a *apiClient) client(s *session) *admin.Client {
 	return &admin.Client{BaseURL: base, Token: s.secret, HTTPClient: &http.Client{Transport: a}}
 }
 
-// RoundTrip serves req with the API's handler. httptest's recorder is
-// the ResponseWriter: it keeps the answer as a server would send it.
+// RoundTrip serves req with the API's handler, into a recorder that keeps
+// the answer as a server would send it. (net/http/httptest's recorder
+// would do, but it would link httptest, and the test certificate and key
+// it carries, into the sluice binary.)
 func (a *apiClient) RoundTrip(req *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
+	rec := &recorder{header: http.Header{}}
 	a.h.ServeHTTP(rec, req)
 	if req.Body != nil {
 		req.Body.Close()
 	}
-	resp := rec.Result()
-	resp.Request = req
-	return resp, nil
+	rec.WriteHeader(http.StatusOK) // if the handler wrote nothing
+	return &http.Response{
+		Status:        strconv.Itoa(rec.status) + " " + http.StatusText(rec.status),
+		StatusCode:    rec.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        rec.sent,
+		Body:          io.NopCloser(&rec.body),
+		ContentLength: int64(rec.body.Len()),
+		Request:       req,
+	}, nil
+}
+
+// recorder is the http.ResponseWriter of an in-process call: the status,
+// the header as it was when the status was written, and the body.
+type recorder struct {
+	header, sent http.Header
+	status       int
+	body         bytes.Buffer
+}
+
+// Header returns the header to be sent.
+func (r *recorder) Header() http.Header { return r.header }
+
+// WriteHeader records the first status written, and the header then.
+func (r *recorder) WriteHeader(status int) {
+	if r.status != 0 {
+		return
+	}
+	r.status = status
+	r.sent = r.header.Clone()
+}
+
+// Write appends b to the body, writing a 200 first if no status was.
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
 }
 
 // fail renders err as the error page, with the status the API answered

@@ -47,3 +47,20 @@ func TestImportsPointDown(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryLinksNoTestPackages checks that the sluice binary does not
+// link the standard library's test helpers: net/http/httptest carries a
+// test certificate and private key, which have no place in a shipped
+// binary (and which scanners of images flag), and testing adds flags.
+func TestBinaryLinksNoTestPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"cmd/sluice").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for dep := range strings.Lines(string(out)) {
+		switch dep = strings.TrimSpace(dep); dep {
+		case "testing", "net/http/httptest", "net/http/internal/testcert":
+			t.Errorf("cmd/sluice links %s, a test-only package; keep it in _test files", dep)
+		}
+	}
+}
