@@ -110,10 +110,34 @@ type Store struct {
 
 // entry is one key's book and the lock that guards it.
 type entry struct {
-	slot *slot // the demand slot its key hashes to, which counts it
 	fill int64 // fillMs of its limits, set when it is made
 	mu   sync.Mutex
 	b    book // guarded by mu
+	// slot is the demand slot its key hashes to, which counts it while
+	// held; nil once a sweep has dropped it (a request that found it
+	// before may still use it) and in tests' bare entries. Guarded by mu.
+	slot *slot
+	// held says the book may hold something a call straight to the
+	// shared store would miss (book.holds), and is counted in slot's
+	// holding while set. Guarded by mu.
+	held bool
+}
+
+// mark sets e.held from its book at now and keeps its slot's count of
+// held entries in step. A key's requests go straight to the shared store
+// only while no entry of its slot is held, so mark follows every change of
+// a book that may make it hold something; one that ceases to (tokens
+// expired, a refusal lapsed) may stay held until its next change or sweep,
+// which only sends its slot's keys the longer way. e.mu is held.
+func (e *entry) mark(now int64) {
+	if h := e.b.holds(now, e.fill); h != e.held && e.slot != nil {
+		e.held = h
+		if h {
+			e.slot.holding.Add(1)
+		} else {
+			e.slot.holding.Add(-1)
+		}
+	}
 }
 
 const shardCount = 64
@@ -194,7 +218,7 @@ func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit
 	h := s.shards.Hash(req.Key)
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
-	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
+	if cur <= 1 && prev <= 1 && sl.holding.Load() == 0 {
 		return s.takeQuiet(ctx, req, h, sl, upTo)
 	}
 	if req.HasShadow() {
@@ -284,6 +308,7 @@ func fillMs(req *limit.Request) int64 {
 func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait <-chan struct{}, served bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer e.mark(now)
 	b := &e.b
 	if m.refused > 0 {
 		// Refusals a caller answered from its own memory (a gateway
@@ -397,8 +422,10 @@ type answer struct {
 // settle ends m's call (book.land) and, if it returned (a not nil), books
 // its answer and returns what the request gets.
 func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.Decision, error) {
+	now := s.now().UnixMilli()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer e.mark(now)
 	b := &e.b
 	b.land(m.fetch, m.asking)
 	if a == nil || a.err != nil {
@@ -409,7 +436,6 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 		b.lastRefused = false
 		return limit.Decision{}, nil
 	}
-	now := s.now().UnixMilli()
 	if a.err != nil || !a.d.Allowed {
 		if m.reserved > 0 && now < m.reservedUntil {
 			b.tokens += m.reserved
@@ -459,6 +485,7 @@ func (s *Store) takeQuiet(ctx context.Context, req *limit.Request, h uint64, sl 
 	e := s.entry(req, h, sl, now, 1, 0)
 	e.mu.Lock()
 	e.b.deny(now, req.EffectiveCost(), s.ttl, d, 0)
+	e.mark(now)
 	e.mu.Unlock()
 	return d, tk, nil
 }
@@ -518,9 +545,11 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		now := s.now().UnixMilli()
 		e.mu.Lock()
 		e.b.land(true, asking)
 		e.b.putBack(owed)
+		e.mark(now)
 		e.mu.Unlock()
 		return
 	}
@@ -546,6 +575,7 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 		now := s.now().UnixMilli()
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		defer e.mark(now)
 		e.b.land(true, asking)
 		switch {
 		case err != nil, !shared(d.Source):
@@ -610,7 +640,6 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 		e.b.window = now - now%s.window
 		e.b.cur, e.b.prev = int64(cur)-1, int64(prev)
 		sh.M[string(id)] = e
-		sl.entries.Add(1)
 	}
 	if sh.Due(now, s.idle) {
 		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now, s.idle, e) })
@@ -622,18 +651,25 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 // ms before, not keep, with no batch in flight, and owing no refusals
 // younger than its limits' fill time (which its key's next call must
 // still charge, however long the key was idle). A dropped entry leaves
-// its demand slot.
+// its demand slot's count of held entries; one kept is marked afresh.
 func (e *entry) drop(now, idleMs int64, keep *entry) bool {
 	if e == keep {
 		return false
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	b := &e.b
 	idle := b.lastUsed < now-idleMs && !b.fetching && b.asking == nil &&
 		(b.owed == 0 || now-b.owedAt >= e.fill)
-	e.mu.Unlock()
-	if idle {
-		e.slot.entries.Add(-1)
+	switch {
+	case !idle:
+		e.mark(now)
+	case e.held:
+		e.slot.holding.Add(-1)
+		fallthrough
+	default:
+		// Out of the map and its slot's count for good.
+		e.held, e.slot = false, nil
 	}
 	return idle
 }
