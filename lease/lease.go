@@ -203,7 +203,7 @@ func (s *Store) Close() {
 // A lease-served answer's Remaining is the shared store's count at its last
 // grant plus the tokens this gateway still holds.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	d, _, err := s.take(ctx, req, req.EffectiveCost())
+	d, _, err := s.take(ctx, req, req.EffectiveCost(), s.now().UnixMilli())
 	return d, err
 }
 
@@ -211,10 +211,9 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // (Unix ms); until 0 means for the TTL from the call's start.
 type took struct{ n, until int64 }
 
-// take answers req, taking at least its cost and at most upTo tokens,
-// and reports what it took: Take's path, and Lease's.
-func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit.Decision, took, error) {
-	now := s.now().UnixMilli()
+// take answers req at now (Unix ms), taking at least its cost and at most
+// upTo tokens, and reports what it took: Take's path, and Lease's.
+func (s *Store) take(ctx context.Context, req *limit.Request, upTo, now int64) (limit.Decision, took, error) {
 	h := s.shards.Hash(req.Key)
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
@@ -391,38 +390,51 @@ func (s *Store) ask(ctx context.Context, e *entry, req *limit.Request, m *miss) 
 	var a *answer // nil while the call has not returned
 	defer func() { d, err = s.settle(e, req, m, a) }()
 	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits, Refused: m.owed}
-	granted, d, until, err := s.grant(ctx, &one, m.want)
-	a = &answer{granted, d, err, until}
-	return d, err
+	ans := s.grant(ctx, &one, m.want)
+	a = &ans
+	return ans.d, ans.err
 }
 
 // grant takes up to want tokens from the inner store, through Lease when
 // it bounds its grants' lifetime, and reports when they expire (Unix ms):
-// the TTL from now, or sooner when the inner lease, counted from before
-// the call, ends sooner: a lease never outlives the one it came from.
-func (s *Store) grant(ctx context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, until int64, err error) {
+// the TTL from its return, or sooner when the inner lease, counted from
+// before the call, ends sooner: a lease never outlives the one it came
+// from.
+func (s *Store) grant(ctx context.Context, req *limit.Request, want int64) answer {
+	var a answer
 	if s.leaser == nil {
-		granted, d, err = s.inner.TakeUpTo(ctx, req, want)
-		return granted, d, s.now().UnixMilli() + s.ttl, err
+		a.granted, a.d, a.err = s.inner.TakeUpTo(ctx, req, want)
+		a.at = s.now().UnixMilli()
+		a.until = a.at + s.ttl
+		return a
 	}
 	start := s.now().UnixMilli()
 	g, err := s.leaser.Lease(ctx, req, want)
-	until = min(s.now().UnixMilli()+s.ttl, start+g.TTL.Milliseconds())
-	return g.Granted, g.Decision, until, err
+	a.at = s.now().UnixMilli()
+	a.granted, a.d, a.err, a.until = g.Granted, g.Decision, err, min(a.at+s.ttl, start+g.TTL.Milliseconds())
+	return a
 }
 
-// answer is the shared store's answer to a miss's call.
+// answer is the shared store's answer to a call.
 type answer struct {
 	granted int64
 	d       limit.Decision
 	err     error
 	until   int64 // when the granted tokens expire, Unix ms
+	// at is when the call returned, Unix ms: the one reading of the clock
+	// after it, which the answer is booked at.
+	at int64
 }
 
 // settle ends m's call (book.land) and, if it returned (a not nil), books
 // its answer and returns what the request gets.
 func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.Decision, error) {
-	now := s.now().UnixMilli()
+	var now int64
+	if a != nil {
+		now = a.at
+	} else {
+		now = s.now().UnixMilli()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer e.mark(now)
@@ -501,8 +513,8 @@ func (s *Store) direct(ctx context.Context, req *limit.Request, upTo int64) (lim
 		}
 		return d, took{n: cost}, nil
 	}
-	granted, d, until, err := s.grant(ctx, req, upTo)
-	return d, took{granted, until}, err
+	a := s.grant(ctx, req, upTo)
+	return a.d, took{a.granted, a.until}, a.err
 }
 
 // holdFor is how much longer than its retry time a refusal of a request of
@@ -567,12 +579,13 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	}
 	go func() {
 		defer s.wg.Done()
-		granted, d, until, err := s.grant(s.ctx, &r, want)
+		a := s.grant(s.ctx, &r, want)
+		granted, d, until, err := a.granted, a.d, a.until, a.err
 		if err != nil {
 			// Spend what is left; the blocking path and the guard take over.
 			s.log.LogAttrs(s.ctx, slog.LevelDebug, "lease refill failed", slog.Any("error", err))
 		}
-		now := s.now().UnixMilli()
+		now := a.at
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		defer e.mark(now)
