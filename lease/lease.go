@@ -13,7 +13,9 @@
 // lowered limit bites within a second. Quiet keys, and limits counted in
 // windows, get batches of one: exactly the per-request check. A key seen at
 // most once a lookahead window (100 ms) with nothing remembered for it goes
-// straight to the shared store: it costs a hashed count, not a lease entry.
+// straight to the shared store: it costs a hashed count, not a lease entry
+// (keys that hash to the same count are judged together, so a key sharing
+// it with one whose entry holds tokens or a refusal takes the longer way).
 //
 // That bound is cumulative. At one instant the fleet can also spend the
 // tokens its gateways still hold, taken before the bucket refilled: fewer
