@@ -192,10 +192,13 @@ type Store struct {
 	granter limit.Granter // remote, when it can grant up to N; else nil
 	local   *memstore.Store
 	words   *lastWords // what the remote last said of each recent key
-	cfg     Config     // defaults filled in; no Registerer
-	metrics *metrics
-	lister  Lister        // nil unless the remote names its nodes and cfg.Shard is nil
-	kick    chan struct{} // wakes the refresher; buffered, never blocks
+	// realClock is set when Config.Now was nil: the breakers' clock is
+	// the one calls are timed by, so one reading may serve both.
+	realClock bool
+	cfg       Config // defaults filled in; no Registerer
+	metrics   *metrics
+	lister    Lister        // nil unless the remote names its nodes and cfg.Shard is nil
+	kick      chan struct{} // wakes the refresher; buffered, never blocks
 
 	// Close cancels bg and waits for the watcher (watch.go) and refresher.
 	bg       context.Context
@@ -277,7 +280,7 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		cfg.Stalled = w.Stalled
 	}
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now, s.realClock = time.Now, true
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	s.local = memstore.New(memstore.Config{Now: cfg.Now})
@@ -405,7 +408,11 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 	c := s.newCall(ctx, sh)
 	sh.mu.Lock()
 	from := sh.b.state
-	admitted, probe := sh.b.admit(s.cfg.Now())
+	var now time.Time
+	if from != Closed {
+		now = s.cfg.Now() // a closed breaker admits without the time
+	}
+	admitted, probe := sh.b.admit(now)
 	to := sh.b.state
 	if admitted {
 		c.list() // in the same critical section: one lock fewer a call
@@ -420,7 +427,12 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		s.calls.Put(c)
 		return s.fallback(sh, req, nil)
 	}
-	granted, d, err, v := s.ask(ctx, s.watched(c), sh, req, max(want, req.EffectiveCost()), probe)
+	c = s.watched(c)
+	var began time.Time // zero for an unwatched call
+	if c != nil {
+		began = c.start // c is not ours once ask returns
+	}
+	granted, d, err, v, to := s.ask(ctx, c, sh, req, max(want, req.EffectiveCost()), probe)
 	switch v {
 	case invalid:
 		s.abandon(sh, probe)
@@ -442,17 +454,32 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		s.record(sh, probe, nil)
 		return 0, limit.Decision{}, fmt.Errorf("guard: shard %q: %w", sh.name, err)
 	}
-	now, to := s.record(sh, probe, err)
 	if err != nil {
+		s.record(sh, probe, err)
 		return s.fallback(sh, req, err)
 	}
+	// ask recorded the success (to is the breaker's state after it).
 	if to == Closed {
 		// An answer that arrives after its breaker opened is not the
 		// shared store's word on the outage's start: the local bucket may
 		// already be counting from an earlier one.
-		s.words.note(now.UnixMilli(), req, &d)
+		s.words.note(s.wordTime(began), req, &d)
 	}
 	return granted, d, nil
+}
+
+// wordTime is when the shared store answered a call that succeeded,
+// listed at began (zero: unwatched), in Unix ms on the Store's clock. On
+// the real clock that is began: the store decided between then and now,
+// and the reading the call was listed with saves reading the clock
+// again. The word's time only says from when the local bucket refills,
+// so a call's length (well under a millisecond on a healthy node) errs by
+// at most that much refill. On a Config.Now clock, its reading now.
+func (s *Store) wordTime(began time.Time) int64 {
+	if s.realClock && !began.IsZero() {
+		return began.UnixMilli()
+	}
+	return s.cfg.Now().UnixMilli()
 }
 
 // verdict is what one call to the remote says about its node.
@@ -468,16 +495,24 @@ const (
 )
 
 // ask makes one call to the remote, watched under c (nil: unwatched,
-// under ctx alone), and says what it tells of the node.
-func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (granted int64, d limit.Decision, err error, v verdict) {
+// under ctx alone), and says what it tells of the node. A call that
+// succeeds is recorded here, with the end of its watch in the same
+// section of the shard's lock, and to is the breaker's state after it;
+// any other verdict is for the caller to record, and to says nothing.
+func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (granted int64, d limit.Decision, err error, v verdict, to State) {
 	var cctx context.Context = c
 	if c == nil {
 		cctx = ctx
 	}
+	returned := false
 	defer func() {
 		// A remote that panics (recovered above, as net/http does) must
 		// not leave its call listed, watched forever, nor the breaker
-		// half-open with its probe out.
+		// half-open with its probe out. Once it has returned, the call is
+		// ended below, and a panic there (OnTransition's) is left alone.
+		if returned {
+			return
+		}
 		if r := recover(); r != nil {
 			if c != nil {
 				s.finish(c)
@@ -494,46 +529,53 @@ func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request,
 	} else {
 		granted, d, err = s.granter.TakeUpTo(cctx, req, want)
 	}
+	returned = true
 	why, began := running, time.Time{} // began: zero for an unwatched call
 	if c != nil {
-		var waited bool
 		began = c.start
+	}
+	if err == nil {
+		waited, to := s.succeeded(sh, c, probe)
+		if waited {
+			s.metrics.queued(time.Since(began))
+		}
+		return granted, d, nil, ok, to
+	}
+	if c != nil {
+		var waited bool
 		if why, waited = s.finish(c); waited {
 			s.metrics.queued(time.Since(began))
 		}
-	}
-	if err == nil {
-		return granted, d, nil, ok
 	}
 	switch {
 	case errors.Is(err, limit.ErrInvalid):
 		// Refused before any I/O: nothing is known about the node, even
 		// when the watcher ended the call before this goroutine ran again.
-		return 0, d, err, invalid
+		return 0, d, err, invalid, Closed
 	case errors.Is(err, limit.ErrBadReply):
-		return 0, d, err, answered
+		return 0, d, err, answered, Closed
 	case why == endTimeout:
-		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.cfg.Timeout, context.DeadlineExceeded, err), ok
+		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.cfg.Timeout, context.DeadlineExceeded, err), ok, Closed
 	case why == endDown:
 		return 0, d, fmt.Errorf("guard: node %q down after %v: %w: the node owes replies and has sent nothing",
-			sh.name, time.Since(began).Round(time.Millisecond), context.DeadlineExceeded), down
+			sh.name, time.Since(began).Round(time.Millisecond), context.DeadlineExceeded), down, Closed
 	case why == endQueued:
-		return 0, d, err, shed
+		return 0, d, err, shed, Closed
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller cancelled (its client went away): that says nothing
 		// about the shard.
-		return 0, d, err, gaveUp
+		return 0, d, err, gaveUp, Closed
 	case ctx.Err() != nil:
 		// The caller's own deadline passed first. A node that is not
 		// answering kept it waiting: that counts against the node, or a
 		// caller deadline shorter than Timeout would keep a hung node's
 		// breaker closed forever. One that is answering did not.
 		if s.cfg.Stalled != nil && !s.cfg.Stalled(sh.name, min(s.cfg.DownAfter, time.Since(began))) {
-			return 0, d, err, shed
+			return 0, d, err, shed, Closed
 		}
-		return 0, d, err, ok
+		return 0, d, err, ok, Closed
 	}
-	return 0, d, err, ok
+	return 0, d, err, ok, Closed
 }
 
 // abandon ends an admitted call that gave no verdict on sh's node.
@@ -561,9 +603,33 @@ func (s *Store) trip(sh *shard, err error) {
 	}
 }
 
+// succeeded ends c's watch (nil: an unwatched call) and records its
+// success in one section of sh's lock, reports a change of the breaker,
+// and returns whether c waited while its node answered and the breaker's
+// state after it. The breaker needs no time for a success.
+func (s *Store) succeeded(sh *shard, c *call, probe bool) (waited bool, to State) {
+	why := running
+	sh.mu.Lock()
+	if c != nil {
+		why, waited = c.unlist()
+	}
+	from, to := sh.b.record(time.Time{}, probe, nil)
+	if to == Closed {
+		sh.fleet = 0
+	}
+	sh.mu.Unlock()
+	if c != nil {
+		s.release(c, why)
+	}
+	if from != to {
+		s.transitioned(sh, from, to, nil)
+	}
+	return waited, to
+}
+
 // record feeds a call's outcome to the shard's breaker, reports a change,
-// and returns when it was recorded and the breaker's state after it.
-func (s *Store) record(sh *shard, probe bool, err error) (time.Time, State) {
+// and returns the breaker's state after it.
+func (s *Store) record(sh *shard, probe bool, err error) State {
 	now := s.cfg.Now()
 	sh.mu.Lock()
 	from, to := sh.b.record(now, probe, err)
@@ -577,7 +643,7 @@ func (s *Store) record(sh *shard, probe bool, err error) (time.Time, State) {
 	if from != to {
 		s.transitioned(sh, from, to, err)
 	}
-	return now, to
+	return to
 }
 
 // transitioned reports a change of sh's breaker: metrics, the refresher,

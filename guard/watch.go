@@ -111,6 +111,16 @@ func (s *Store) watched(c *call) *call {
 func (s *Store) finish(c *call) (why int32, waited bool) {
 	sh := c.sh
 	sh.mu.Lock()
+	why, waited = c.unlist()
+	sh.mu.Unlock()
+	s.release(c, why)
+	return why, waited
+}
+
+// unlist takes c off its shard's list and returns why it ended and
+// whether it waited while its node answered. sh.mu is held.
+func (c *call) unlist() (why int32, waited bool) {
+	sh := c.sh
 	if c.prev == nil {
 		sh.head = c.next
 	} else {
@@ -121,14 +131,17 @@ func (s *Store) finish(c *call) (why int32, waited bool) {
 	} else {
 		c.next.prev = c.prev
 	}
-	why, waited = c.why.Load(), c.waited
-	sh.mu.Unlock()
+	return c.why.Load(), c.waited
+}
+
+// release forgets c, unlisted, and pools it for the next call unless it
+// was ended (its channel closed). c is not used afterwards.
+func (s *Store) release(c *call, why int32) {
 	c.parent, c.sh, c.prev, c.next = nil, nil, nil, nil
 	if why == running {
 		// Its channel is still open: the next call may have it.
 		s.calls.Put(c)
 	}
-	return why, waited
 }
 
 // end ends c for why, unless it has ended already. sh.mu is held.

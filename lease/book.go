@@ -85,6 +85,15 @@ func (b *book) seen(now, size, weight int64) int64 {
 	return max(b.cur, b.prev)
 }
 
+// holds reports whether b holds at now anything a call straight to the
+// shared store would miss: leased tokens (or tokens dropped and not yet
+// counted), a remembered refusal, or the shared store's last answer a
+// refusal, refusals owed younger than fill ms (entry.fill), a call out.
+func (b *book) holds(now, fill int64) bool {
+	return b.tokens > 0 || b.dropped > 0 || now < b.deniedUntil || b.lastRefused ||
+		b.owed > 0 && now-b.owedAt < fill || b.fetching || b.asking != nil
+}
+
 // expire drops leased tokens whose time is up. Expired tokens are never
 // revived: a lowered limit must bite within a lease's lifetime.
 func (b *book) expire(now int64) {

@@ -11,13 +11,13 @@ const demandSlots = 1 << 14
 // slot is one cell of the demand sketch: how many requests hashed here in
 // the current and the previous demand window, counted only up to 2 since a
 // key is either quiet (at most one request a window) or not; and how many
-// entries of the store's shards hash here. Both are read and written
-// without a lock.
+// entries of the store's shards that hash here may hold something for
+// their key (entry.held). Both are read and written without a lock.
 type slot struct {
 	// word packs the window's number (bits 16 to 47), the requests in it
 	// (bits 8 to 15) and in the window before (bits 0 to 7).
 	word    atomic.Uint64
-	entries atomic.Int32
+	holding atomic.Int32
 }
 
 // see counts a request in window w and returns the slot's requests in the

@@ -45,7 +45,7 @@ var _ Leaser = (*Store)(nil)
 // tokens asked for, so its batch follows the sum of its gateways' batches.
 func (s *Store) Lease(ctx context.Context, req *limit.Request, want int64) (Grant, error) {
 	start := s.now().UnixMilli()
-	d, tk, err := s.take(ctx, req, max(want, req.EffectiveCost()))
+	d, tk, err := s.take(ctx, req, max(want, req.EffectiveCost()), start)
 	if err != nil || tk.n == 0 || !d.Allowed {
 		return Grant{Decision: d}, err
 	}

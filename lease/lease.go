@@ -13,7 +13,9 @@
 // lowered limit bites within a second. Quiet keys, and limits counted in
 // windows, get batches of one: exactly the per-request check. A key seen at
 // most once a lookahead window (100 ms) with nothing remembered for it goes
-// straight to the shared store: it costs a hashed count, not a lease entry.
+// straight to the shared store: it costs a hashed count, not a lease entry
+// (keys that hash to the same count are judged together, so a key sharing
+// it with one whose entry holds tokens or a refusal takes the longer way).
 //
 // That bound is cumulative. At one instant the fleet can also spend the
 // tokens its gateways still hold, taken before the bucket refilled: fewer
@@ -110,10 +112,34 @@ type Store struct {
 
 // entry is one key's book and the lock that guards it.
 type entry struct {
-	slot *slot // the demand slot its key hashes to, which counts it
 	fill int64 // fillMs of its limits, set when it is made
 	mu   sync.Mutex
 	b    book // guarded by mu
+	// slot is the demand slot its key hashes to, which counts it while
+	// held; nil once a sweep has dropped it (a request that found it
+	// before may still use it) and in tests' bare entries. Guarded by mu.
+	slot *slot
+	// held says the book may hold something a call straight to the
+	// shared store would miss (book.holds), and is counted in slot's
+	// holding while set. Guarded by mu.
+	held bool
+}
+
+// mark sets e.held from its book at now and keeps its slot's count of
+// held entries in step. A key's requests go straight to the shared store
+// only while no entry of its slot is held, so mark follows every change of
+// a book that may make it hold something; one that ceases to (tokens
+// expired, a refusal lapsed) may stay held until its next change or sweep,
+// which only sends its slot's keys the longer way. e.mu is held.
+func (e *entry) mark(now int64) {
+	if h := e.b.holds(now, e.fill); h != e.held && e.slot != nil {
+		e.held = h
+		if h {
+			e.slot.holding.Add(1)
+		} else {
+			e.slot.holding.Add(-1)
+		}
+	}
 }
 
 const shardCount = 64
@@ -179,7 +205,7 @@ func (s *Store) Close() {
 // A lease-served answer's Remaining is the shared store's count at its last
 // grant plus the tokens this gateway still holds.
 func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, error) {
-	d, _, err := s.take(ctx, req, req.EffectiveCost())
+	d, _, err := s.take(ctx, req, req.EffectiveCost(), s.now().UnixMilli())
 	return d, err
 }
 
@@ -187,14 +213,13 @@ func (s *Store) Take(ctx context.Context, req *limit.Request) (limit.Decision, e
 // (Unix ms); until 0 means for the TTL from the call's start.
 type took struct{ n, until int64 }
 
-// take answers req, taking at least its cost and at most upTo tokens,
-// and reports what it took: Take's path, and Lease's.
-func (s *Store) take(ctx context.Context, req *limit.Request, upTo int64) (limit.Decision, took, error) {
-	now := s.now().UnixMilli()
+// take answers req at now (Unix ms), taking at least its cost and at most
+// upTo tokens, and reports what it took: Take's path, and Lease's.
+func (s *Store) take(ctx context.Context, req *limit.Request, upTo, now int64) (limit.Decision, took, error) {
 	h := s.shards.Hash(req.Key)
 	sl := &s.demand[h%demandSlots]
 	cur, prev := sl.see(uint32(now / s.window))
-	if cur <= 1 && prev <= 1 && sl.entries.Load() == 0 {
+	if cur <= 1 && prev <= 1 && sl.holding.Load() == 0 {
 		return s.takeQuiet(ctx, req, h, sl, upTo)
 	}
 	if req.HasShadow() {
@@ -284,6 +309,7 @@ func fillMs(req *limit.Request) int64 {
 func (s *Store) fromMemory(e *entry, now int64, m *miss) (d limit.Decision, wait <-chan struct{}, served bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer e.mark(now)
 	b := &e.b
 	if m.refused > 0 {
 		// Refusals a caller answered from its own memory (a gateway
@@ -366,39 +392,54 @@ func (s *Store) ask(ctx context.Context, e *entry, req *limit.Request, m *miss) 
 	var a *answer // nil while the call has not returned
 	defer func() { d, err = s.settle(e, req, m, a) }()
 	one := limit.Request{Key: req.Key, Cost: m.need, Limits: req.Limits, Refused: m.owed}
-	granted, d, until, err := s.grant(ctx, &one, m.want)
-	a = &answer{granted, d, err, until}
-	return d, err
+	ans := s.grant(ctx, &one, m.want)
+	a = &ans
+	return ans.d, ans.err
 }
 
 // grant takes up to want tokens from the inner store, through Lease when
 // it bounds its grants' lifetime, and reports when they expire (Unix ms):
-// the TTL from now, or sooner when the inner lease, counted from before
-// the call, ends sooner: a lease never outlives the one it came from.
-func (s *Store) grant(ctx context.Context, req *limit.Request, want int64) (granted int64, d limit.Decision, until int64, err error) {
+// the TTL from its return, or sooner when the inner lease, counted from
+// before the call, ends sooner: a lease never outlives the one it came
+// from.
+func (s *Store) grant(ctx context.Context, req *limit.Request, want int64) answer {
+	var a answer
 	if s.leaser == nil {
-		granted, d, err = s.inner.TakeUpTo(ctx, req, want)
-		return granted, d, s.now().UnixMilli() + s.ttl, err
+		a.granted, a.d, a.err = s.inner.TakeUpTo(ctx, req, want)
+		a.at = s.now().UnixMilli()
+		a.until = a.at + s.ttl
+		return a
 	}
 	start := s.now().UnixMilli()
 	g, err := s.leaser.Lease(ctx, req, want)
-	until = min(s.now().UnixMilli()+s.ttl, start+g.TTL.Milliseconds())
-	return g.Granted, g.Decision, until, err
+	a.at = s.now().UnixMilli()
+	a.granted, a.d, a.err, a.until = g.Granted, g.Decision, err, min(a.at+s.ttl, start+g.TTL.Milliseconds())
+	return a
 }
 
-// answer is the shared store's answer to a miss's call.
+// answer is the shared store's answer to a call.
 type answer struct {
 	granted int64
 	d       limit.Decision
 	err     error
 	until   int64 // when the granted tokens expire, Unix ms
+	// at is when the call returned, Unix ms: the one reading of the clock
+	// after it, which the answer is booked at.
+	at int64
 }
 
 // settle ends m's call (book.land) and, if it returned (a not nil), books
 // its answer and returns what the request gets.
 func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.Decision, error) {
+	var now int64
+	if a != nil {
+		now = a.at
+	} else {
+		now = s.now().UnixMilli()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer e.mark(now)
 	b := &e.b
 	b.land(m.fetch, m.asking)
 	if a == nil || a.err != nil {
@@ -409,7 +450,6 @@ func (s *Store) settle(e *entry, req *limit.Request, m *miss, a *answer) (limit.
 		b.lastRefused = false
 		return limit.Decision{}, nil
 	}
-	now := s.now().UnixMilli()
 	if a.err != nil || !a.d.Allowed {
 		if m.reserved > 0 && now < m.reservedUntil {
 			b.tokens += m.reserved
@@ -459,6 +499,7 @@ func (s *Store) takeQuiet(ctx context.Context, req *limit.Request, h uint64, sl 
 	e := s.entry(req, h, sl, now, 1, 0)
 	e.mu.Lock()
 	e.b.deny(now, req.EffectiveCost(), s.ttl, d, 0)
+	e.mark(now)
 	e.mu.Unlock()
 	return d, tk, nil
 }
@@ -474,8 +515,8 @@ func (s *Store) direct(ctx context.Context, req *limit.Request, upTo int64) (lim
 		}
 		return d, took{n: cost}, nil
 	}
-	granted, d, until, err := s.grant(ctx, req, upTo)
-	return d, took{granted, until}, err
+	a := s.grant(ctx, req, upTo)
+	return a.d, took{a.granted, a.until}, a.err
 }
 
 // holdFor is how much longer than its retry time a refusal of a request of
@@ -518,9 +559,11 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		now := s.now().UnixMilli()
 		e.mu.Lock()
 		e.b.land(true, asking)
 		e.b.putBack(owed)
+		e.mark(now)
 		e.mu.Unlock()
 		return
 	}
@@ -538,14 +581,16 @@ func (s *Store) refill(e *entry, req *limit.Request, want int64, asking chan str
 	}
 	go func() {
 		defer s.wg.Done()
-		granted, d, until, err := s.grant(s.ctx, &r, want)
+		a := s.grant(s.ctx, &r, want)
+		granted, d, until, err := a.granted, a.d, a.until, a.err
 		if err != nil {
 			// Spend what is left; the blocking path and the guard take over.
 			s.log.LogAttrs(s.ctx, slog.LevelDebug, "lease refill failed", slog.Any("error", err))
 		}
-		now := s.now().UnixMilli()
+		now := a.at
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		defer e.mark(now)
 		e.b.land(true, asking)
 		switch {
 		case err != nil, !shared(d.Source):
@@ -610,7 +655,6 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 		e.b.window = now - now%s.window
 		e.b.cur, e.b.prev = int64(cur)-1, int64(prev)
 		sh.M[string(id)] = e
-		sl.entries.Add(1)
 	}
 	if sh.Due(now, s.idle) {
 		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now, s.idle, e) })
@@ -622,18 +666,25 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 // ms before, not keep, with no batch in flight, and owing no refusals
 // younger than its limits' fill time (which its key's next call must
 // still charge, however long the key was idle). A dropped entry leaves
-// its demand slot.
+// its demand slot's count of held entries; one kept is marked afresh.
 func (e *entry) drop(now, idleMs int64, keep *entry) bool {
 	if e == keep {
 		return false
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	b := &e.b
 	idle := b.lastUsed < now-idleMs && !b.fetching && b.asking == nil &&
 		(b.owed == 0 || now-b.owedAt >= e.fill)
-	e.mu.Unlock()
-	if idle {
-		e.slot.entries.Add(-1)
+	switch {
+	case !idle:
+		e.mark(now)
+	case e.held:
+		e.slot.holding.Add(-1)
+		fallthrough
+	default:
+		// Out of the map and its slot's count for good.
+		e.held, e.slot = false, nil
 	}
 	return idle
 }

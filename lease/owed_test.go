@@ -202,7 +202,7 @@ func TestRefusedMissOwesFullCost(t *testing.T) {
 			req := &limit.Request{Key: "k", Limits: []limit.Limit{l}, Cost: 5}
 			e := &entry{}
 			m := &miss{cost: 5, upTo: 5, fill: tt.fill, reserved: 2, reservedUntil: now + 1000, need: 3, want: 3}
-			a := &answer{d: limit.Decision{RetryAfter: time.Second, Source: limit.FromMemory}}
+			a := &answer{d: limit.Decision{RetryAfter: time.Second, Source: limit.FromMemory}, at: now}
 			if d, err := s.settle(e, req, m, a); err != nil || d.Allowed {
 				t.Fatalf("settle = %+v, %v; want a refusal", d, err)
 			}

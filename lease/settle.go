@@ -30,6 +30,7 @@ func (s *Store) SettleLocal(req *limit.Request, delta int64) (rest int64) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer e.mark(now)
 	b := &e.b
 	b.expire(now)
 	if delta > 0 {
