@@ -66,6 +66,9 @@ type pipeConn struct {
 	writing    bool    // a caller is writing buf (see pipe.take)
 	owed       []*call // calls whose replies are owed, in the order sent
 	head       int     // owed[head] is the next reply's call
+	// deadline is the write deadline set last. Only the caller writing
+	// (writing true) uses it, as it does the connection.
+	deadline time.Time
 }
 
 // call is one take's wait for its reply. Pooled: the reader puts back the
@@ -214,9 +217,16 @@ func (p *pipe) take(ctx context.Context, fn string, sc *scratch) (c *call, ok bo
 		runtime.Gosched()
 		p.write(ctx, pc)
 	}
+	done := ctx.Done()
+	if done == nil {
+		// A context that never ends: a plain receive parks and wakes
+		// for less than a select over two channels.
+		<-c.done
+		return c, true
+	}
 	select {
 	case <-c.done:
-	case <-ctx.Done():
+	case <-done:
 		if c.state.CompareAndSwap(waiting, gaveUp) {
 			return nil, true
 		}
@@ -278,15 +288,29 @@ func (p *pipe) write(ctx context.Context, pc *pipeConn) {
 // for ctx's deadline or the write timeout at once.
 func (p *pipe) writeSome(ctx context.Context, pc *pipeConn, b []byte) ([]byte, error) {
 	for len(b) > 0 {
-		limit := time.Now().Add(p.s.opt.ConnWriteTimeout)
+		now := time.Now()
+		limit := now.Add(p.s.opt.ConnWriteTimeout)
 		if d, ok := ctx.Deadline(); ok && d.Before(limit) {
 			limit = d
 		}
 		dl := limit
-		if slice := time.Now().Add(writeSlice); p.s.opt.TLSConfig == nil && slice.Before(dl) {
-			dl = slice
+		if p.s.opt.TLSConfig == nil {
+			if slice := now.Add(writeSlice); slice.Before(dl) {
+				dl = slice
+			}
+			// The deadline an earlier write set serves again while it
+			// ends no later than this write's and not within half a
+			// slice: the write still looks at ctx within a slice, a
+			// slice cut short costs one more turn of this loop, and
+			// most writes skip SetWriteDeadline (a lock and a timer).
+			if !pc.deadline.After(dl) && pc.deadline.Sub(now) >= writeSlice/2 {
+				dl = pc.deadline
+			}
 		}
-		pc.SetWriteDeadline(dl)
+		if !dl.Equal(pc.deadline) {
+			pc.SetWriteDeadline(dl)
+			pc.deadline = dl
+		}
 		n, err := pc.Write(b)
 		b = b[n:]
 		if err != nil {
@@ -436,13 +460,15 @@ func (p *pipe) read(pc *pipeConn) error {
 	defer close(stop)
 	br := bufio.NewReaderSize(pc, 16<<10)
 	var r reply // a reply read before its call was known, and its buffers
+	var c *call // the next reply's call, when known
 	for {
-		p.mu.Lock()
-		var c *call
-		if pc.head < len(pc.owed) {
-			c = pc.owed[pc.head]
+		if c == nil {
+			p.mu.Lock()
+			if pc.head < len(pc.owed) {
+				c = pc.owed[pc.head]
+			}
+			p.mu.Unlock()
 		}
-		p.mu.Unlock()
 		rp := &r
 		if c != nil {
 			rp = &c.r
@@ -471,8 +497,15 @@ func (p *pipe) read(pc *pipeConn) error {
 			clear(pc.owed[n:])
 			pc.owed, pc.head = pc.owed[:n], 0
 		}
+		// The next reply's call, looked up under this lock rather than
+		// the next: one lock a reply.
+		var next *call
+		if pc.head < len(pc.owed) {
+			next = pc.owed[pc.head]
+		}
 		p.mu.Unlock()
 		answer(c)
+		c = next
 	}
 }
 

@@ -190,7 +190,7 @@ func (c *wire) Write(p []byte) (int, error) {
 	// had already been read, and an idle connection would owe forever.
 	c.node.writes.Add(1)
 	c.all.Add(1)
-	if len(p) > 0 {
+	if len(p) > 0 && c.owedSince.Load() == 0 { // owed already: no clock read
 		mark := c.read.Load()
 		if c.owedSince.CompareAndSwap(0, monotonic()) {
 			c.owedMark.Store(mark)
