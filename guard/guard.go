@@ -192,13 +192,10 @@ type Store struct {
 	granter limit.Granter // remote, when it can grant up to N; else nil
 	local   *memstore.Store
 	words   *lastWords // what the remote last said of each recent key
-	// realClock is set when Config.Now was nil: the breakers' clock is
-	// the one calls are timed by, so one reading may serve both.
-	realClock bool
-	cfg       Config // defaults filled in; no Registerer
-	metrics   *metrics
-	lister    Lister        // nil unless the remote names its nodes and cfg.Shard is nil
-	kick      chan struct{} // wakes the refresher; buffered, never blocks
+	cfg     Config     // defaults filled in; no Registerer
+	metrics *metrics
+	lister  Lister        // nil unless the remote names its nodes and cfg.Shard is nil
+	kick    chan struct{} // wakes the refresher; buffered, never blocks
 
 	// Close cancels bg and waits for the watcher (watch.go) and refresher.
 	bg       context.Context
@@ -280,7 +277,7 @@ func New(remote limit.Store, cfg Config) (*Store, error) {
 		cfg.Stalled = w.Stalled
 	}
 	if cfg.Now == nil {
-		cfg.Now, s.realClock = time.Now, true
+		cfg.Now = time.Now
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	s.local = memstore.New(memstore.Config{Now: cfg.Now})
@@ -428,10 +425,6 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		return s.fallback(sh, req, nil)
 	}
 	c = s.watched(c)
-	var began time.Time // zero for an unwatched call
-	if c != nil {
-		began = c.start // c is not ours once ask returns
-	}
 	granted, d, err, v, to := s.ask(ctx, c, sh, req, max(want, req.EffectiveCost()), probe)
 	switch v {
 	case invalid:
@@ -463,23 +456,12 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		// An answer that arrives after its breaker opened is not the
 		// shared store's word on the outage's start: the local bucket may
 		// already be counting from an earlier one.
-		s.words.note(s.wordTime(began), req, &d)
+		// Dated now, when the answer is in: a call can take up to the
+		// timeout and the queue's wait, and a word dated at its start
+		// would let the local bucket count refill the store never gave.
+		s.words.note(s.cfg.Now().UnixMilli(), req, &d)
 	}
 	return granted, d, nil
-}
-
-// wordTime is when the shared store answered a call that succeeded,
-// listed at began (zero: unwatched), in Unix ms on the Store's clock. On
-// the real clock that is began: the store decided between then and now,
-// and the reading the call was listed with saves reading the clock
-// again. The word's time only says from when the local bucket refills,
-// so a call's length (well under a millisecond on a healthy node) errs by
-// at most that much refill. On a Config.Now clock, its reading now.
-func (s *Store) wordTime(began time.Time) int64 {
-	if s.realClock && !began.IsZero() {
-		return began.UnixMilli()
-	}
-	return s.cfg.Now().UnixMilli()
 }
 
 // verdict is what one call to the remote says about its node.

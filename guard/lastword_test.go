@@ -2,12 +2,14 @@ package guard_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
 	"github.com/sluice-rl/sluice/limit/limittest"
+	"github.com/sluice-rl/sluice/memstore"
 )
 
 // TestLocalStartsFromSharedWord: when a shard goes down, a key's local
@@ -72,5 +74,43 @@ func TestLocalStartsFromSharedWord(t *testing.T) {
 				t.Errorf("got %d admitted locally, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestLongCallWordNotDatedAtItsStart: on the real clock, the shared
+// store's last word from a call that waited long for its answer (here 800
+// ms, within Timeout+MaxQueue on a node that answers) is dated when the
+// answer came, not when the call was listed: dated at its start, the local
+// bucket of the outage that follows counts 800 ms of refill the shared
+// store never granted, and hands out most of a fresh burst of a key that
+// had just spent its own.
+func TestLongCallWordNotDatedAtItsStart(t *testing.T) {
+	limits := perSecond(10, 10)
+	remote := &watched{store: memstore.New(memstore.Config{}), delay: 800 * time.Millisecond}
+	s, err := guard.New(remote, guard.Config{TripAfter: 1, Slack: 1, Fleet: limit.Fleet{Gateways: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d, err := s.Take(context.Background(), &limit.Request{Key: "k", Cost: 10, Limits: limits})
+	if err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("shared take of the whole burst: %+v, %v; want allowed, 0 remaining", d, err)
+	}
+	remote.delay, remote.err = 0, errors.New("connection refused")
+	got := 0
+	for range 100 {
+		d, err := s.Take(context.Background(), &limit.Request{Key: "k", Limits: limits})
+		if err != nil || d.Source != limit.FromLocalFallback {
+			t.Fatalf("during the outage: %+v, %v; want a local answer", d, err)
+		}
+		if !d.Allowed {
+			break
+		}
+		got++
+	}
+	// The burst was spent an instant ago: at 10 a second, at most one
+	// token has come back since.
+	if got > 1 {
+		t.Errorf("%d admitted locally right after the shared store said 0 remained, want at most 1", got)
 	}
 }
