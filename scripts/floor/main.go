@@ -10,6 +10,9 @@
 //	batch    the same, with at most one batch at Redis at a time: the
 //	         reader writes what queued meanwhile once the last batch's
 //	         replies are in (the fewest writes possible)
+//	park     no Redis: the map increment done by another goroutine
+//	         while the handler waits for its answer, so the handler
+//	         parks and is woken as on a Redis path, with no I/O
 //
 // On SIGTERM it prints the writes per request. A throwaway for
 // measuring, not a client: any error ends it. scripts/floor/run drives it.
@@ -144,7 +147,7 @@ func (d *direct) do(key string) {
 }
 
 func main() {
-	mode := flag.String("mode", "mem", "mem, rueidis, direct or batch")
+	mode := flag.String("mode", "mem", "mem, rueidis, direct, batch or park")
 	redis := flag.String("redis", "127.0.0.1:16381", "Redis `address`")
 	listen := flag.String("listen", "127.0.0.1:18081", "`address` to serve on")
 	flag.Parse()
@@ -154,6 +157,28 @@ func main() {
 		var mu sync.Mutex
 		m := map[string]int{}
 		f = func(_ context.Context, key string) { mu.Lock(); m[key]++; mu.Unlock() }
+	case "park":
+		// One goroutine answers every request, as one reader answers a
+		// pipelined connection's callers.
+		type ask struct {
+			key  string
+			done chan struct{}
+		}
+		asks := make(chan ask, 1024)
+		go func() {
+			m := map[string]int{}
+			for a := range asks {
+				m[a.key]++
+				a.done <- struct{}{}
+			}
+		}()
+		dones := sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+		f = func(_ context.Context, key string) {
+			done := dones.Get().(chan struct{})
+			asks <- ask{key, done}
+			<-done
+			dones.Put(done)
+		}
 	case "rueidis":
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*redis}, PipelineMultiplex: -1, DisableCache: true})
 		if err != nil {
@@ -165,7 +190,7 @@ func main() {
 		d.oneBatch = *mode == "batch"
 		f = func(_ context.Context, key string) { d.do(key) }
 	default:
-		log.Fatalf("-mode %q: want mem, rueidis, direct or batch", *mode)
+		log.Fatalf("-mode %q: want mem, rueidis, direct, batch or park", *mode)
 	}
 	go func() {
 		ch := make(chan os.Signal, 1)
