@@ -2,12 +2,12 @@ package guard_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkTake(b *testing.B) {
 			}
 			defer s.Close()
 			b.ReportAllocs()
-			cpu0 := cpuTime()
+			cpu0 := limittest.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				req := &limit.Request{Key: "k:bench", Limits: []limit.Limit{{Name: "s", Count: 1 << 40, Period: time.Second}}}
 				for pb.Next() {
@@ -44,18 +44,9 @@ func BenchmarkTake(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			limittest.ReportCPU(b, cpu0)
 		})
 	}
-}
-
-// cpuTime is the CPU time this process has used, all threads together.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // nothing is a healthy shared store that allows everything at once, doing

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
 )
 
@@ -68,7 +68,7 @@ func BenchmarkQuietKeys(b *testing.B) {
 					}
 				}
 				b.ReportAllocs()
-				cpu0 := cpuTime()
+				cpu0 := limittest.CPUTime()
 				if !parallel {
 					for b.Loop() {
 						take()
@@ -80,21 +80,10 @@ func BenchmarkQuietKeys(b *testing.B) {
 						}
 					})
 				}
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				limittest.ReportCPU(b, cpu0)
 			})
 		}
 	}
-}
-
-// cpuTime is the CPU time this process has used, all threads together: on
-// a machine shared with other work, its growth per op is the op's cost,
-// where the wall clock also counts the time other processes held the CPU.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // nothing is a shared store that allows everything at once, doing nothing.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice/guard"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 )
 
 // BenchmarkSparseKeys measures the lease and guard layers' own cost on the
@@ -56,7 +57,7 @@ func BenchmarkSparseKeys(b *testing.B) {
 				defer s.Close()
 				var seed atomic.Uint64
 				b.ReportAllocs()
-				cpu0 := cpuTime()
+				cpu0 := limittest.CPUTime()
 				run := func(pb func() bool) {
 					rng := rand.New(rand.NewPCG(seed.Add(1), 28))
 					for pb() {
@@ -73,7 +74,7 @@ func BenchmarkSparseKeys(b *testing.B) {
 				} else {
 					run(b.Loop)
 				}
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				limittest.ReportCPU(b, cpu0)
 			})
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/memstore"
 	"github.com/sluice-rl/sluice/pipeline"
 	"github.com/sluice-rl/sluice/redisstore"
@@ -82,7 +82,7 @@ func BenchmarkCost(b *testing.B) {
 			var next atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(4)
-			cpu := cpuTime()
+			cpu := limittest.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(next.Add(7919))
 				for pb.Next() {
@@ -94,16 +94,7 @@ func BenchmarkCost(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			limittest.ReportCPU(b, cpu)
 		})
 	}
-}
-
-// cpuTime is the CPU time this process has used, all threads together.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/limit/limittest"
 	"github.com/sluice-rl/sluice/redisstore"
 )
 
@@ -76,7 +76,7 @@ func benchTakesWork(b *testing.B, cfg redisstore.Config, load, work int) {
 	}
 	s := newStore(b, cfg)
 	var next atomic.Int64
-	writes, cpu := redisstore.Writes(s), cpuTime()
+	writes, cpu := redisstore.Writes(s), limittest.CPUTime()
 	b.SetParallelism(load)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -104,17 +104,7 @@ func benchTakesWork(b *testing.B, cfg redisstore.Config, load, work int) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(redisstore.Writes(s)-writes)/float64(b.N), "writes/op")
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime returns the CPU time this process has used, user and system, in
-// ns.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	limittest.ReportCPU(b, cpu)
 }
 
 // sink keeps benchTakesWork's hashing from being optimised away.
