@@ -123,6 +123,11 @@ type entry struct {
 	// shared store would miss (book.holds), and is counted in slot's
 	// holding while set. Guarded by mu.
 	held bool
+	// found is when entry last handed it to a request (Unix ms), guarded
+	// by its shard's lock: a sweep must not drop an entry a request has
+	// just found and not yet used (its book's lastUsed still old), or what
+	// that request books in it, refusals owed among them, is lost.
+	found int64
 }
 
 // mark sets e.held from its book at now and keeps its slot's count of
@@ -656,6 +661,7 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 		e.b.cur, e.b.prev = int64(cur)-1, int64(prev)
 		sh.M[string(id)] = e
 	}
+	e.found = now
 	if sh.Due(now, s.idle) {
 		sh.Sweep(now, func(_ string, old *entry) bool { return old.drop(now, s.idle, e) })
 	}
@@ -667,6 +673,7 @@ func (s *Store) entry(req *limit.Request, h uint64, sl *slot, now int64, cur, pr
 // younger than its limits' fill time (which its key's next call must
 // still charge, however long the key was idle). A dropped entry leaves
 // its demand slot's count of held entries; one kept is marked afresh.
+// The caller holds e's shard's lock.
 func (e *entry) drop(now, idleMs int64, keep *entry) bool {
 	if e == keep {
 		return false
@@ -674,7 +681,7 @@ func (e *entry) drop(now, idleMs int64, keep *entry) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := &e.b
-	idle := b.lastUsed < now-idleMs && !b.fetching && b.asking == nil &&
+	idle := max(b.lastUsed, e.found) < now-idleMs && !b.fetching && b.asking == nil &&
 		(b.owed == 0 || now-b.owedAt >= e.fill)
 	switch {
 	case !idle:

@@ -263,3 +263,46 @@ func TestRefillChargesExactlyOwed(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepSparesEntryJustFound checks that a sweep by another key of the
+// same shard does not drop an entry a request has just been handed and
+// not yet used: its book's last use is still from before the key's idle
+// spell, and what the request then books in it (refusals it owes among
+// them) would go to an entry no longer in the map, lost.
+func TestSweepSparesEntryJustFound(t *testing.T) {
+	clk := limittest.NewClock(start)
+	s, _ := newOwedStore(t, clk)
+	reqA := &limit.Request{Key: "k:a", Limits: []limit.Limit{bucket(10, 10)}}
+	hA := s.shards.Hash(reqA.Key)
+	slA := &s.demand[hA%demandSlots]
+	now := func() int64 { return clk.Now().UnixMilli() }
+	s.entry(reqA, hA, slA, now(), 2, 0)
+
+	// Another key in A's shard.
+	var reqB *limit.Request
+	for i := 0; reqB == nil; i++ {
+		r := &limit.Request{Key: fmt.Sprint("k:b", i), Limits: reqA.Limits}
+		if s.shards.At(s.shards.Hash(r.Key)) == s.shards.At(hA) {
+			reqB = r
+		}
+	}
+	hB := s.shards.Hash(reqB.Key)
+	slB := &s.demand[hB%demandSlots]
+
+	// A comes back after an idle spell: its entry is found (this call
+	// sweeps, sparing it as the one found) ...
+	clk.Advance(time.Duration(s.idle)*time.Millisecond + time.Second)
+	eA := s.entry(reqA, hA, slA, now(), 2, 0)
+	// ... and before A's request uses it, B's requests make the shard's
+	// next sweep due by use, in the same millisecond.
+	for range 100 {
+		s.entry(reqB, hB, slB, now(), 2, 0)
+	}
+	sh := s.shards.At(hA)
+	sh.Lock()
+	kept := sh.M[string(appendID(nil, reqA))] == eA
+	sh.Unlock()
+	if !kept {
+		t.Fatal("a sweep dropped the entry a request had just been handed: what it books there is lost")
+	}
+}
