@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/balancer"
 	"github.com/sluice-rl/sluice/internal/balancersvc"
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // Credentials of the tests: one token per region, one bound to a single
@@ -102,7 +102,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 // gateway its token is not bound to. Every one is refused and counted, and
 // us's shares do not move.
 func TestRegionTokenForgesNothingElsewhere(t *testing.T) {
-	var log logBuffer
+	var log proctest.Buffer
 	h := serve(t, balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us", "eu"}}, Tokens: testTokens, Interval: 50 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	h.run()
 	ctx, reg, wg, hs := h.ctx, h.reg, h.wg, struct{ URL string }{h.url}
@@ -247,31 +247,13 @@ func floodReport(gateway string, n, keyLen int) balancer.Report {
 	return rep
 }
 
-// logBuffer is a log destination safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestServerStateMetrics checks, on a server fed more than its bound, the
 // state bound's metrics (the state in bytes, the pairs evicted) and the
 // clamp's (a report above the gateway rate is taken cut, counted and
 // logged).
 func TestServerStateMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	var log logBuffer
+	var log proctest.Buffer
 	srv, err := balancersvc.New(balancersvc.Config{CoreConfig: balancer.CoreConfig{Regions: []string{"us"}, MaxStateBytes: 1 << 20}, Tokens: testTokens[:1], Registerer: reg, Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,18 +1,17 @@
 package rulesvc_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/rulesvc"
 	"github.com/sluice-rl/sluice/internal/rulesync"
 	"github.com/sluice-rl/sluice/rules"
@@ -34,24 +33,11 @@ func TestExplainRegionKeepsBalancerText(t *testing.T) {
 	}
 }
 
-// lockedBuf is a log sink that goroutines may write while a test reads it.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // TestRolloutLoggedOnceDecided: a canary decision the database refuses (a
 // trigger here) is rolled back, and the log does not say it was promoted:
 // operators alert on that line.
 func TestRolloutLoggedOnceDecided(t *testing.T) {
-	schema, logs := newSchema(t), &lockedBuf{}
+	schema, logs := newSchema(t), &proctest.Buffer{}
 	r := startReplica(t, schema, rulesvc.Config{Refresh: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Canary: rulesvc.Canary{Window: time.Second, MinSample: 1000, Check: 100 * time.Millisecond}})
 	conn, err := pgx.Connect(context.Background(), postgresDSN())
