@@ -479,6 +479,8 @@ func (s *Store) held(req *limit.Request) int64 {
 	return e.b.tokens
 }
 
+// stub is a shared store that allows every request at once, granting
+// its cost and no more, doing nothing.
 type stub struct{}
 
 func (stub) Take(context.Context, *limit.Request) (limit.Decision, error) {

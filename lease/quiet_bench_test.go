@@ -48,7 +48,7 @@ func BenchmarkQuietKeys(b *testing.B) {
 				now := func() time.Time { return time.UnixMilli(ms.Load()) }
 				var store limit.Store = memstore.New(memstore.Config{Now: now})
 				if tc.nothing {
-					store = nothing{}
+					store = stub{}
 				}
 				if tc.lease {
 					s, err := New(store.(limit.Granter), Config{Fleet: limit.Fleet{Gateways: 1}, Now: now, Registerer: prometheus.NewRegistry()})
@@ -84,15 +84,4 @@ func BenchmarkQuietKeys(b *testing.B) {
 			})
 		}
 	}
-}
-
-// nothing is a shared store that allows everything at once, doing nothing.
-type nothing struct{}
-
-func (nothing) Take(context.Context, *limit.Request) (limit.Decision, error) {
-	return limit.Decision{Allowed: true, Source: limit.FromRedis}, nil
-}
-
-func (nothing) TakeUpTo(_ context.Context, req *limit.Request, _ int64) (int64, limit.Decision, error) {
-	return req.EffectiveCost(), limit.Decision{Allowed: true, Source: limit.FromRedis}, nil
 }

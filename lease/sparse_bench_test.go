@@ -41,7 +41,7 @@ func BenchmarkSparseKeys(b *testing.B) {
 				var n atomic.Int64
 				t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
 				now := func() time.Time { return time.UnixMilli(t0 + n.Load()/16) }
-				var inner limit.Granter = plenty{}
+				var inner limit.Granter = limittest.Plenty{Remaining: 100}
 				if guarded {
 					g, err := guard.New(inner, guard.Config{})
 					if err != nil {
@@ -78,16 +78,4 @@ func BenchmarkSparseKeys(b *testing.B) {
 			})
 		}
 	}
-}
-
-// plenty is a shared store that grants all it is asked for at once, doing
-// nothing.
-type plenty struct{}
-
-func (plenty) Take(context.Context, *limit.Request) (limit.Decision, error) {
-	return limit.Decision{Allowed: true, Remaining: 100, Source: limit.FromRedis}, nil
-}
-
-func (plenty) TakeUpTo(_ context.Context, _ *limit.Request, want int64) (int64, limit.Decision, error) {
-	return want, limit.Decision{Allowed: true, Remaining: 100, Source: limit.FromRedis}, nil
 }

@@ -1,5 +1,7 @@
 // Package limittest is the conformance suite every limit.Store must pass,
-// with the fake clock it drives them by.
+// with the fake clock it drives them by, and what the layers' benchmarks
+// share: a store that grants everything doing nothing, and the CPU time
+// per op.
 //
 // A store under test takes its clock from the suite, so refill and windows
 // are tested without sleeping; the Redis store does this by passing the

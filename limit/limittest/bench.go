@@ -1,9 +1,12 @@
 package limittest
 
 import (
+	"context"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // CPUTime returns the CPU time this process has used so far, user and
@@ -22,4 +25,19 @@ func CPUTime() time.Duration {
 // reading) per op of b, as the metric cpu-ns/op.
 func ReportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(CPUTime()-start)/float64(b.N), "cpu-ns/op")
+}
+
+// Plenty is a shared store (a limit.Granter) that allows every request
+// at once and grants all it is asked for, doing nothing but answering
+// Remaining: a layer benchmarked over it costs only its own work.
+type Plenty struct{ Remaining int64 }
+
+// Take allows req.
+func (p Plenty) Take(context.Context, *limit.Request) (limit.Decision, error) {
+	return limit.Decision{Allowed: true, Remaining: p.Remaining, Source: limit.FromRedis}, nil
+}
+
+// TakeUpTo grants want.
+func (p Plenty) TakeUpTo(_ context.Context, _ *limit.Request, want int64) (int64, limit.Decision, error) {
+	return want, limit.Decision{Allowed: true, Remaining: p.Remaining, Source: limit.FromRedis}, nil
 }
