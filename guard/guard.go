@@ -425,7 +425,7 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 		return s.fallback(sh, req, nil)
 	}
 	c = s.watched(c)
-	granted, d, err, v, to := s.ask(ctx, c, sh, req, max(want, req.EffectiveCost()), probe)
+	granted, d, err, v := s.ask(ctx, c, sh, req, max(want, req.EffectiveCost()), probe)
 	switch v {
 	case invalid:
 		s.abandon(sh, probe)
@@ -444,15 +444,14 @@ func (s *Store) TakeUpTo(ctx context.Context, req *limit.Request, want int64) (i
 	case answered:
 		// The node answered, if not with a decision: that is this
 		// request's failure, not the node's.
-		s.record(sh, probe, nil)
+		s.record(sh, nil, probe, nil)
 		return 0, limit.Decision{}, fmt.Errorf("guard: shard %q: %w", sh.name, err)
 	}
 	if err != nil {
-		s.record(sh, probe, err)
+		s.record(sh, nil, probe, err)
 		return s.fallback(sh, req, err)
 	}
-	// ask recorded the success (to is the breaker's state after it).
-	if to == Closed {
+	if s.record(sh, c, probe, nil) == Closed {
 		// An answer that arrives after its breaker opened is not the
 		// shared store's word on the outage's start: the local bucket may
 		// already be counting from an earlier one.
@@ -478,23 +477,18 @@ const (
 
 // ask makes one call to the remote, watched under c (nil: unwatched,
 // under ctx alone), and says what it tells of the node. A call that
-// succeeds is recorded here, with the end of its watch in the same
-// section of the shard's lock, and to is the breaker's state after it;
-// any other verdict is for the caller to record, and to says nothing.
-func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (granted int64, d limit.Decision, err error, v verdict, to State) {
+// failed has ended its watch; one that succeeded is still listed, for
+// the caller's record to end it in the same section of the shard's lock
+// as it records the success.
+func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request, want int64, probe bool) (granted int64, d limit.Decision, err error, v verdict) {
 	var cctx context.Context = c
 	if c == nil {
 		cctx = ctx
 	}
-	returned := false
 	defer func() {
 		// A remote that panics (recovered above, as net/http does) must
 		// not leave its call listed, watched forever, nor the breaker
-		// half-open with its probe out. Once it has returned, the call is
-		// ended below, and a panic there (OnTransition's) is left alone.
-		if returned {
-			return
-		}
+		// half-open with its probe out.
 		if r := recover(); r != nil {
 			if c != nil {
 				s.finish(c)
@@ -511,19 +505,12 @@ func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request,
 	} else {
 		granted, d, err = s.granter.TakeUpTo(cctx, req, want)
 	}
-	returned = true
+	if err == nil {
+		return granted, d, nil, ok
+	}
 	why, began := running, time.Time{} // began: zero for an unwatched call
 	if c != nil {
 		began = c.start
-	}
-	if err == nil {
-		waited, to := s.succeeded(sh, c, probe)
-		if waited {
-			s.metrics.queued(time.Since(began))
-		}
-		return granted, d, nil, ok, to
-	}
-	if c != nil {
 		var waited bool
 		if why, waited = s.finish(c); waited {
 			s.metrics.queued(time.Since(began))
@@ -533,31 +520,31 @@ func (s *Store) ask(ctx context.Context, c *call, sh *shard, req *limit.Request,
 	case errors.Is(err, limit.ErrInvalid):
 		// Refused before any I/O: nothing is known about the node, even
 		// when the watcher ended the call before this goroutine ran again.
-		return 0, d, err, invalid, Closed
+		return 0, d, err, invalid
 	case errors.Is(err, limit.ErrBadReply):
-		return 0, d, err, answered, Closed
+		return 0, d, err, answered
 	case why == endTimeout:
-		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.cfg.Timeout, context.DeadlineExceeded, err), ok, Closed
+		return 0, d, fmt.Errorf("guard: no answer in %v: %w (%w)", s.cfg.Timeout, context.DeadlineExceeded, err), ok
 	case why == endDown:
 		return 0, d, fmt.Errorf("guard: node %q down after %v: %w: the node owes replies and has sent nothing",
-			sh.name, time.Since(began).Round(time.Millisecond), context.DeadlineExceeded), down, Closed
+			sh.name, time.Since(began).Round(time.Millisecond), context.DeadlineExceeded), down
 	case why == endQueued:
-		return 0, d, err, shed, Closed
+		return 0, d, err, shed
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller cancelled (its client went away): that says nothing
 		// about the shard.
-		return 0, d, err, gaveUp, Closed
+		return 0, d, err, gaveUp
 	case ctx.Err() != nil:
 		// The caller's own deadline passed first. A node that is not
 		// answering kept it waiting: that counts against the node, or a
 		// caller deadline shorter than Timeout would keep a hung node's
 		// breaker closed forever. One that is answering did not.
 		if s.cfg.Stalled != nil && !s.cfg.Stalled(sh.name, min(s.cfg.DownAfter, time.Since(began))) {
-			return 0, d, err, shed, Closed
+			return 0, d, err, shed
 		}
-		return 0, d, err, ok, Closed
+		return 0, d, err, ok
 	}
-	return 0, d, err, ok, Closed
+	return 0, d, err, ok
 }
 
 // abandon ends an admitted call that gave no verdict on sh's node.
@@ -585,40 +572,32 @@ func (s *Store) trip(sh *shard, err error) {
 	}
 }
 
-// succeeded ends c's watch (nil: an unwatched call) and records its
-// success in one section of sh's lock, reports a change of the breaker,
-// and returns whether c waited while its node answered and the breaker's
-// state after it. The breaker needs no time for a success.
-func (s *Store) succeeded(sh *shard, c *call, probe bool) (waited bool, to State) {
-	why := running
+// record feeds a call's outcome to the shard's breaker, reports a change,
+// and returns the breaker's state after it. c, when not nil, is the call
+// still listed (ask leaves a success's listed): its watch ends in the same
+// section of the shard's lock. The breaker needs the time of a failure
+// only.
+func (s *Store) record(sh *shard, c *call, probe bool, err error) State {
+	var now time.Time
+	if err != nil {
+		now = s.cfg.Now()
+	}
+	why, waited := running, false
 	sh.mu.Lock()
 	if c != nil {
 		why, waited = c.unlist()
 	}
-	from, to := sh.b.record(time.Time{}, probe, nil)
-	if to == Closed {
-		sh.fleet = 0
-	}
-	sh.mu.Unlock()
-	if c != nil {
-		s.release(c, why)
-	}
-	if from != to {
-		s.transitioned(sh, from, to, nil)
-	}
-	return waited, to
-}
-
-// record feeds a call's outcome to the shard's breaker, reports a change,
-// and returns the breaker's state after it.
-func (s *Store) record(sh *shard, probe bool, err error) State {
-	now := s.cfg.Now()
-	sh.mu.Lock()
 	from, to := sh.b.record(now, probe, err)
 	if to == Closed && err == nil {
 		sh.fleet = 0
 	}
 	sh.mu.Unlock()
+	if c != nil {
+		if waited {
+			s.metrics.queued(time.Since(c.start))
+		}
+		s.release(c, why)
+	}
 	if err != nil {
 		sh.m.failure(isTimeout(err))
 	}
